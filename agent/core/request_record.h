@@ -1,0 +1,56 @@
+// One request as seen by the agent: the record that crosses protocol -> kube -> analysis.
+// Plain data; every stage after capture is a pure function of it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace stormwatch {
+
+// Where a request ends up in kube-apiserver's terms (k8s.io/apiserver RequestInfo).
+struct RequestInfo {
+  bool is_resource_request = false;
+  std::string path;         // URL path without the query
+  std::string verb;         // kube verb: get list watch create update patch delete
+                            // deletecollection proxy, or the lower-cased HTTP method
+  std::string api_prefix;   // "api" or "apis"
+  std::string api_group;    // "" for the core group
+  std::string api_version;
+  std::string namespace_;
+  std::string resource;
+  std::string subresource;
+  std::string name;
+};
+
+// Who sent a request. Decoded from credentials; never holds the credential itself.
+struct Identity {
+  enum class Kind { kUnknown, kAnonymous, kServiceAccount, kUser };
+  Kind kind = Kind::kUnknown;
+  std::string user;             // e.g. system:serviceaccount:ns:name, or a user name
+  std::string sa_namespace;     // service accounts only
+  std::string sa_name;
+  std::string pod_name;         // from the bound token's kubernetes.io claim
+  std::string user_agent;
+};
+
+struct RequestRecord {
+  // Capture facts.
+  uint32_t pid = 0;
+  uint64_t conn_id = 0;         // server-side connection object address in the target
+  uint32_t stream_id = 0;       // HTTP/2 stream, 0 for HTTP/1.1
+  uint64_t start_ns = 0;        // CLOCK_MONOTONIC (bpf_ktime_get_ns)
+  uint64_t end_ns = 0;
+
+  // HTTP facts.
+  std::string method;           // GET PUT POST PATCH DELETE ...
+  std::string path;             // path + query, as sent
+  std::string content_type;
+  int status = 0;
+  uint64_t response_bytes = 0;
+
+  // Kubernetes facts, filled by agent/kube.
+  RequestInfo info;
+  Identity identity;
+};
+
+}  // namespace stormwatch

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs everything stormwatch needs to build, test and demo on Debian bookworm.
+# Idempotent; run as root (CI is root). libbpf/bpftool come from bookworm-backports
+# (libbpf 1.4 for bpf_link-based uprobe attach by offset; bpftool 7.5 for skeletons).
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+
+if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  $SUDO tee /etc/apt/sources.list.d/stormwatch-backports.sources >/dev/null <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+
+# Build toolchain and libraries of the agent.
+BUILD_PKGS=(
+  build-essential cmake pkg-config clang llvm
+  libelf-dev zlib1g-dev
+  libcapstone-dev            # finds RET instructions in Go functions (no uretprobes on Go)
+  prometheus-cpp-dev         # /metrics endpoint
+  libspdlog-dev libfmt-dev   # logging, JSON alert lines
+  nlohmann-json3-dev         # JWT claims and JSON alert/evidence documents
+  libprotobuf-dev protobuf-compiler  # request record / capture files
+  libyaml-cpp-dev            # configuration file
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcurl4-openssl-dev       # Alertmanager push
+)
+# Real components the tests and the demo run against.
+TEST_PKGS=(
+  etcd-server etcd-client    # real etcd (stripped Go binary) + etcdctl
+  golang-go golang-golang-x-net-dev golang-etcd-server-dev  # test API server, GOPATH mode
+  nghttp2-client curl        # h2load, real HTTP/2 clients
+  python3-kubernetes         # the seed-002 client (HTTP/1.1)
+  openssl jq procps iproute2 binutils
+  prometheus prometheus-alertmanager
+)
+$SUDO apt-get install -y -qq --no-install-recommends "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends -t bookworm-backports libbpf-dev bpftool >/dev/null
+
+# kubectl: the machine image ships one; Debian's kubernetes-client is the fallback.
+if ! command -v kubectl >/dev/null 2>&1; then
+  $SUDO apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null
+fi
+echo "setup: done ($(bpftool version 2>/dev/null | head -1); $(go version))"
