@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace stormwatch {
 
@@ -20,6 +21,14 @@ struct RequestInfo {
   std::string resource;
   std::string subresource;
   std::string name;
+  // Path parts from the resource on: {resource, name, subresource, ...} (upstream Parts).
+  std::vector<std::string> parts;
+  // Verb came from a legacy /watch/ or /proxy/ path segment rather than the method.
+  bool verb_via_path_prefix = false;
+  // Raw (URL-decoded) selectors of list/watch/deletecollection requests, as upstream's
+  // AuthorizeWithSelectors reads them; empty otherwise.
+  std::string field_selector;
+  std::string label_selector;
 };
 
 // Who sent a request. Decoded from credentials; never holds the credential itself.

@@ -1,0 +1,85 @@
+// GoBinary: what the agent needs from a Go executable (amd64) to attach uprobes, read from the
+// file alone: function addresses from .gopclntab, the Go and module versions from
+// .go.buildinfo, and RET sites from a disassembly. Needs no .symtab and no DWARF: release
+// kube-apiserver and etcd are built with -s -w (DESIGN.md, "Capturing from stripped Go binaries").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "agent/capture/elf_file.h"
+#include "agent/core/result.h"
+
+namespace stormwatch {
+
+struct GoFunction {
+  std::string name;          // e.g. "golang.org/x/net/http2.(*serverConn).processHeaders"
+  uint64_t entry = 0;        // vaddr of the first instruction
+  uint64_t end = 0;          // vaddr just past the function: the next function's entry
+  uint64_t file_offset = 0;  // file offset of `entry`, where a uprobe attaches
+};
+
+struct GoModuleVersion {
+  std::string path;
+  std::string version;  // empty for a local directory replacement
+  std::string sum;
+};
+
+struct GoModule : GoModuleVersion {
+  std::optional<GoModuleVersion> replace;  // set by a go.mod `replace` directive
+  // The version compiled in: the replacement's when replaced ("" if replaced by a directory).
+  const std::string& effective_version() const { return replace ? replace->version : version; }
+};
+
+struct GoBuildInfo {
+  std::string go_version;           // "go1.19.8"
+  std::string path;                 // main package path
+  std::optional<GoModule> main;     // absent for GOPATH-mode builds
+  std::vector<GoModule> deps;       // empty for GOPATH-mode builds
+  std::vector<std::pair<std::string, std::string>> settings;  // "build" lines, values verbatim
+  // The main module or a dependency with this module path.
+  const GoModule* FindModule(std::string_view module_path) const;
+};
+
+// Parses runtime/debug's module info text (as in runtime/debug.ParseBuildInfo).
+Result<GoBuildInfo> ParseGoModInfo(std::string_view go_version, std::string_view modinfo);
+
+// File offsets (base_offset + index into `code`) of every RET instruction (C3, C2 iw, REP RET),
+// by a linear sweep with capstone; undecodable bytes are an error rather than a guess.
+Result<std::vector<uint64_t>> FindReturnInstructions(std::span<const uint8_t> code,
+                                                     uint64_t base_offset);
+
+class GoBinary {
+ public:
+  static Result<GoBinary> Open(const std::string& path);
+
+  const ElfFile& elf() const { return elf_; }
+  const GoBuildInfo& build_info() const { return build_info_; }
+  const std::string& go_version() const { return build_info_.go_version; }
+  uint32_t pclntab_magic() const { return pclntab_magic_; }
+
+  // Every function of the pclntab, sorted by entry.
+  const std::vector<GoFunction>& functions() const { return functions_; }
+  std::optional<GoFunction> FindFunction(std::string_view name) const;
+  Result<std::vector<uint64_t>> ReturnInstructionOffsets(const GoFunction& fn) const;
+
+ private:
+  explicit GoBinary(ElfFile elf) : elf_(std::move(elf)) {}
+  Result<bool> ReadPclntab();
+  Result<bool> ReadBuildInfo();
+
+  ElfFile elf_;
+  GoBuildInfo build_info_;
+  uint32_t pclntab_magic_ = 0;
+  std::vector<GoFunction> functions_;
+  // Keys view the names inside the mapped file, which every copy of elf_ keeps alive.
+  std::unordered_map<std::string_view, uint32_t> by_name_;
+};
+
+}  // namespace stormwatch

@@ -1,0 +1,123 @@
+#include "agent/capture/gohttp_probes.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "gohttp.skel.h"
+
+namespace stormwatch {
+namespace {
+constexpr uint32_t kMaxSlots = 256;  // SW_MAX_TARGET_SLOTS in the BPF program
+}
+
+Result<std::unique_ptr<GoHttpProbes>> GoHttpProbes::Load(size_t ring_buffer_bytes,
+                                                         EventHandler on_event) {
+  std::unique_ptr<GoHttpProbes> p(new GoHttpProbes());
+  p->on_event_ = std::move(on_event);
+  p->ncpus_ = libbpf_num_possible_cpus();
+  if (p->ncpus_ <= 0) return Error{"cannot count possible CPUs"};
+  p->slot_used_.assign(kMaxSlots, false);
+
+  p->skel_ = gohttp_bpf__open();
+  if (!p->skel_) return Error{std::string("opening BPF object: ") + std::strerror(errno)};
+  if (int err = bpf_map__set_max_entries(p->skel_->maps.events, ring_buffer_bytes); err) {
+    return Error{"ring buffer size " + std::to_string(ring_buffer_bytes) +
+                 " rejected (must be a power of two multiple of the page size)"};
+  }
+  if (int err = gohttp_bpf__load(p->skel_); err) {
+    return Error{std::string("loading BPF programs (need root or CAP_BPF+CAP_PERFMON): ") +
+                 std::strerror(-err)};
+  }
+  p->ring_ = ring_buffer__new(bpf_map__fd(p->skel_->maps.events), &GoHttpProbes::OnRingBufferEvent,
+                              p.get(), nullptr);
+  if (!p->ring_) return Error{std::string("creating ring buffer: ") + std::strerror(errno)};
+  return p;
+}
+
+GoHttpProbes::~GoHttpProbes() {
+  for (auto& [slot, links] : links_) {
+    for (bpf_link* l : links) bpf_link__destroy(l);
+  }
+  if (ring_) ring_buffer__free(ring_);
+  if (skel_) gohttp_bpf__destroy(skel_);
+}
+
+int GoHttpProbes::OnRingBufferEvent(void* ctx, void* data, size_t size) {
+  // A C callback: nothing may throw across it.
+  auto* self = static_cast<GoHttpProbes*>(ctx);
+  try {
+    self->on_event_({static_cast<const uint8_t*>(data), size});
+  } catch (...) {
+  }
+  return 0;
+}
+
+Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
+                                      const GoHttp2ProbeSites& sites) {
+  uint32_t slot = 0;
+  while (slot < kMaxSlots && slot_used_[slot]) ++slot;
+  if (slot == kMaxSlots) return Error{"all " + std::to_string(kMaxSlots) + " target slots in use"};
+  if (bpf_map__update_elem(skel_->maps.go_offsets, &slot, sizeof(slot), &sites.offsets,
+                           sizeof(sites.offsets), BPF_ANY)) {
+    return Error{std::string("writing offsets: ") + std::strerror(errno)};
+  }
+  std::vector<bpf_link*> links;
+  auto attach = [&](bpf_program* prog, uint64_t offset) -> bool {
+    LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = slot, .retprobe = false);
+    bpf_link* link = bpf_program__attach_uprobe_opts(prog, pid, binary_path.c_str(), offset, &opts);
+    if (!link) return false;
+    links.push_back(link);
+    return true;
+  };
+  if (!attach(skel_->progs.h2_process_headers, sites.process_headers_offset) ||
+      !attach(skel_->progs.h2_handler_done, sites.handler_done_offset)) {
+    int err = errno;
+    for (bpf_link* l : links) bpf_link__destroy(l);
+    return Error{"attaching uprobes to " + binary_path + " (pid " + std::to_string(pid) +
+                 "): " + std::strerror(err)};
+  }
+  slot_used_[slot] = true;
+  links_[slot] = std::move(links);
+  return slot;
+}
+
+void GoHttpProbes::Detach(uint32_t slot) {
+  auto it = links_.find(slot);
+  if (it == links_.end()) return;
+  for (bpf_link* l : it->second) bpf_link__destroy(l);
+  links_.erase(it);
+  slot_used_[slot] = false;
+}
+
+size_t GoHttpProbes::attached_links() const {
+  size_t n = 0;
+  for (const auto& [slot, links] : links_) n += links.size();
+  return n;
+}
+
+int GoHttpProbes::Poll(int timeout_ms) { return ring_buffer__poll(ring_, timeout_ms); }
+
+uint64_t GoHttpProbes::SumPerCpu(int map_fd, uint32_t key) const {
+  std::vector<uint64_t> values(ncpus_);
+  if (bpf_map_lookup_elem(map_fd, &key, values.data())) return 0;
+  uint64_t sum = 0;
+  for (uint64_t v : values) sum += v;
+  return sum;
+}
+
+DropCounts GoHttpProbes::ReadDrops() const {
+  DropCounts d;
+  int fd = bpf_map__fd(skel_->maps.drops);
+  for (uint32_t i = 0; i < SW_DROP_CAUSE_COUNT; ++i) d.by_cause[i] = SumPerCpu(fd, i);
+  return d;
+}
+
+std::array<uint64_t, 2> GoHttpProbes::ReadHits() const {
+  int fd = bpf_map__fd(skel_->maps.hits);
+  return {SumPerCpu(fd, 0), SumPerCpu(fd, 1)};
+}
+
+}  // namespace stormwatch

@@ -1,0 +1,71 @@
+// Owns the loaded BPF programs of bpf/gohttp.bpf.c, their uprobe links and the ring buffer.
+// One instance per agent; targets are attached and detached while it runs.
+#pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "agent/core/result.h"
+#include "bpf/events.h"
+
+struct gohttp_bpf;
+struct bpf_link;
+struct ring_buffer;
+
+namespace stormwatch {
+
+// Where to put the probes in one target process: file offsets in its executable.
+struct GoHttp2ProbeSites {
+  uint64_t process_headers_offset = 0;
+  uint64_t handler_done_offset = 0;
+  sw_go_offsets offsets{};
+};
+
+struct DropCounts {
+  std::array<uint64_t, SW_DROP_CAUSE_COUNT> by_cause{};
+};
+
+class GoHttpProbes {
+ public:
+  using EventHandler = std::function<void(std::span<const uint8_t>)>;
+
+  // Loads and verifies the BPF programs; fatal for the agent if it fails (no BPF, no agent).
+  static Result<std::unique_ptr<GoHttpProbes>> Load(size_t ring_buffer_bytes, EventHandler on_event);
+  ~GoHttpProbes();
+  GoHttpProbes(const GoHttpProbes&) = delete;
+  GoHttpProbes& operator=(const GoHttpProbes&) = delete;
+
+  // Attaches both probes to `binary_path` for process `pid`. Returns the target slot.
+  Result<uint32_t> Attach(pid_t pid, const std::string& binary_path, const GoHttp2ProbeSites& sites);
+  void Detach(uint32_t slot);
+  size_t attached_links() const;
+
+  // Delivers ready events to the handler; returns how many, or a negative errno.
+  int Poll(int timeout_ms);
+
+  DropCounts ReadDrops() const;
+  // Probe hits: [0] processHeaders, [1] handlerDone.
+  std::array<uint64_t, 2> ReadHits() const;
+
+ private:
+  GoHttpProbes() = default;
+  static int OnRingBufferEvent(void* ctx, void* data, size_t size);
+  uint64_t SumPerCpu(int map_fd, uint32_t key) const;
+
+  gohttp_bpf* skel_ = nullptr;
+  ring_buffer* ring_ = nullptr;
+  EventHandler on_event_;
+  int ncpus_ = 1;
+  std::map<uint32_t, std::vector<bpf_link*>> links_;  // slot -> links
+  std::vector<bool> slot_used_;
+};
+
+}  // namespace stormwatch

@@ -1,0 +1,32 @@
+// Command-line options of the stormwatch agent. `--pid` and `--metrics-address` are a contract
+// with checks outside the project: keep their names and meaning.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agent/analysis/update_loop_detector.h"
+#include "agent/core/result.h"
+
+namespace stormwatch {
+
+inline constexpr const char* kDefaultMetricsAddress = "0.0.0.0:9847";
+
+struct AgentOptions {
+  std::vector<std::string> target_names = {"kube-apiserver", "etcd"};
+  std::vector<pid_t> pids;
+  std::string metrics_address = kDefaultMetricsAddress;
+  size_t ring_buffer_bytes = 16u << 20;
+  std::string log_level = "info";
+  UpdateLoopConfig update_loop;
+  bool show_help = false;
+  bool show_version = false;
+};
+
+Result<AgentOptions> ParseAgentOptions(int argc, char** argv);
+std::string AgentUsage();
+
+}  // namespace stormwatch

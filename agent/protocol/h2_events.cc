@@ -1,0 +1,79 @@
+#include "agent/protocol/h2_events.h"
+
+#include <cstddef>
+#include <cstring>
+
+#include "bpf/events.h"
+
+namespace stormwatch {
+namespace {
+
+template <typename T>
+T Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+void CopyHeader(const sw_event_header& h, auto& out) {
+  out.tgid = h.tgid;
+  out.target = h.target;
+  out.ts_ns = h.ts_ns;
+  out.conn = h.conn;
+  out.stream_id = h.stream_id;
+}
+
+Result<CaptureEvent> DecodeRequest(std::span<const uint8_t> bytes) {
+  constexpr size_t kFixed = offsetof(sw_h2_request, data);
+  if (bytes.size() < kFixed) return Error{"h2 request event shorter than its header"};
+  sw_h2_request fixed;
+  std::memcpy(&fixed, bytes.data(), kFixed);
+  if (fixed.data_len > bytes.size() - kFixed) return Error{"h2 request data_len past the event"};
+
+  H2RequestEvent ev;
+  CopyHeader(fixed.hdr, ev);
+  ev.field_count = fixed.field_count;
+  ev.fields.reserve(fixed.fields_kept);
+  const uint8_t* p = bytes.data() + kFixed;
+  const uint8_t* end = p + fixed.data_len;
+  for (uint16_t i = 0; i < fixed.fields_kept; ++i) {
+    if (end - p < 4) return Error{"h2 request field header past the data"};
+    uint16_t name_len = Load<uint16_t>(p);
+    uint16_t value_len = Load<uint16_t>(p + 2);
+    p += 4;
+    if (end - p < name_len + value_len) return Error{"h2 request field past the data"};
+    HeaderField f;
+    f.name.assign(reinterpret_cast<const char*>(p), name_len);
+    f.value.assign(reinterpret_cast<const char*>(p + name_len), value_len);
+    p += name_len + value_len;
+    ev.fields.push_back(std::move(f));
+  }
+  return CaptureEvent{std::move(ev)};
+}
+
+Result<CaptureEvent> DecodeResponse(std::span<const uint8_t> bytes) {
+  if (bytes.size() < sizeof(sw_h2_response)) return Error{"h2 response event too short"};
+  sw_h2_response raw;
+  std::memcpy(&raw, bytes.data(), sizeof(raw));
+  H2ResponseEvent ev;
+  CopyHeader(raw.hdr, ev);
+  ev.status = raw.status;
+  ev.wrote_bytes = raw.wrote_bytes;
+  return CaptureEvent{ev};
+}
+
+}  // namespace
+
+Result<CaptureEvent> DecodeCaptureEvent(std::span<const uint8_t> bytes) {
+  if (bytes.size() < sizeof(sw_event_header)) return Error{"event shorter than its header"};
+  switch (Load<uint32_t>(bytes.data())) {
+    case SW_EV_H2_REQUEST:
+      return DecodeRequest(bytes);
+    case SW_EV_H2_RESPONSE:
+      return DecodeResponse(bytes);
+    default:
+      return Error{"unknown event type"};
+  }
+}
+
+}  // namespace stormwatch

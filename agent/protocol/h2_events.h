@@ -1,0 +1,45 @@
+// Decoding of the ring-buffer events of bpf/gohttp.bpf.c (layout in bpf/events.h).
+// Pure: bytes in, a decoded event or an error out. Never trusts a length it was given.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "agent/core/result.h"
+
+namespace stormwatch {
+
+struct HeaderField {
+  std::string name;
+  std::string value;
+};
+
+struct H2RequestEvent {
+  uint32_t tgid = 0;
+  uint32_t target = 0;
+  uint64_t ts_ns = 0;
+  uint64_t conn = 0;
+  uint32_t stream_id = 0;
+  uint16_t field_count = 0;  // fields the frame had
+  std::vector<HeaderField> fields;  // fields kept (may be fewer: see truncated())
+  bool truncated() const { return fields.size() < field_count; }
+};
+
+struct H2ResponseEvent {
+  uint32_t tgid = 0;
+  uint32_t target = 0;
+  uint64_t ts_ns = 0;
+  uint64_t conn = 0;
+  uint32_t stream_id = 0;
+  int64_t status = 0;
+  int64_t wrote_bytes = 0;
+};
+
+using CaptureEvent = std::variant<H2RequestEvent, H2ResponseEvent>;
+
+Result<CaptureEvent> DecodeCaptureEvent(std::span<const uint8_t> bytes);
+
+}  // namespace stormwatch

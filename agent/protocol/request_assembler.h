@@ -1,0 +1,72 @@
+// Joins the two halves of an HTTP/2 request (decoded headers at processHeaders, the result at
+// handlerDone) into one RequestRecord. Pure and single-threaded; bounded state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+
+#include "agent/core/request_record.h"
+#include "agent/protocol/h2_events.h"
+
+namespace stormwatch {
+
+// Turns credentials into an identity at once, so no token is kept past the event that held it.
+using IdentityResolver =
+    std::function<Identity(std::string_view authorization, std::string_view user_agent)>;
+
+struct AssemblerLimits {
+  size_t max_pending = 65536;                    // in-flight requests (watches included)
+  uint64_t max_age_ns = 2 * 3600ull * 1000000000;  // longer than any apiserver watch timeout
+};
+
+struct AssemblerStats {
+  uint64_t requests_without_response = 0;  // evicted or expired pending requests
+  uint64_t responses_without_request = 0;  // e.g. in flight when the agent attached
+  uint64_t trailers_ignored = 0;           // HEADERS frames without :method (trailers)
+  uint64_t truncated_headers = 0;          // requests whose header fields were cut in BPF
+};
+
+class RequestAssembler {
+ public:
+  RequestAssembler(IdentityResolver resolver, AssemblerLimits limits = {});
+
+  void OnRequest(const H2RequestEvent& ev);
+  std::optional<RequestRecord> OnResponse(const H2ResponseEvent& ev);
+  // Drops pending requests older than max_age (their response will never be matched).
+  void Expire(uint64_t now_ns);
+  // Forgets every pending request of a process that went away.
+  void ForgetProcess(uint32_t tgid);
+
+  size_t pending() const { return pending_.size(); }
+  const AssemblerStats& stats() const { return stats_; }
+
+ private:
+  struct Key {
+    uint32_t tgid;
+    uint32_t stream_id;
+    uint64_t conn;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<uint64_t>{}(k.conn ^ (uint64_t{k.tgid} << 32) ^ k.stream_id * 0x9E3779B97F4A7C15ull);
+    }
+  };
+  using Order = std::list<Key>;  // oldest first, for eviction
+  struct Pending {
+    RequestRecord record;
+    Order::iterator order;
+  };
+
+  IdentityResolver resolver_;
+  AssemblerLimits limits_;
+  std::unordered_map<Key, Pending, KeyHash> pending_;
+  Order order_;
+  AssemblerStats stats_;
+};
+
+}  // namespace stormwatch

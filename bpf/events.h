@@ -1,0 +1,77 @@
+/* Everything that crosses the ring buffer between bpf/ and agent/capture.
+ * Plain C, shared by the BPF programs and the agent: change both sides together. */
+#ifndef STORMWATCH_BPF_EVENTS_H
+#define STORMWATCH_BPF_EVENTS_H
+
+#ifndef __VMLINUX_H__
+#include <stdint.h>
+typedef uint8_t __u8;
+typedef uint16_t __u16;
+typedef uint32_t __u32;
+typedef uint64_t __u64;
+typedef int64_t __s64;
+#endif
+
+enum sw_event_type {
+  SW_EV_H2_REQUEST = 1,   /* decoded request header fields of one HTTP/2 stream */
+  SW_EV_H2_RESPONSE = 2,  /* the handler of one HTTP/2 stream finished */
+};
+
+/* Why an event, or part of one, was lost. Indexes the per-CPU drop counters. */
+enum sw_drop_cause {
+  SW_DROP_RINGBUF_FULL = 0,     /* bpf_ringbuf_* had no room: the whole event is lost */
+  SW_DROP_FIELDS_TRUNCATED = 1, /* more header fields than SW_MAX_FIELDS, or data area full */
+  SW_DROP_VALUE_TRUNCATED = 2,  /* one header value longer than SW_MAX_VALUE */
+  SW_DROP_READ_FAILED = 3,      /* bpf_probe_read_user failed (paged out, bad offsets) */
+  SW_DROP_CAUSE_COUNT = 4,
+};
+
+#define SW_MAX_FIELDS 48
+#define SW_MAX_NAME 255       /* longest header name kept */
+#define SW_MAX_VALUE 4095     /* longest header value kept (a bound SA JWT is ~1 KB) */
+#define SW_DATA_LIMIT 16384   /* header data area; a field is written only if it starts below */
+#define SW_DATA_SIZE (SW_DATA_LIMIT + 4 + SW_MAX_NAME + SW_MAX_VALUE + 1) /* verifier headroom */
+
+/* Where to find things inside one Go binary's HTTP/2 server. Filled per target from the
+ * versioned offset table (agent/capture/go_offsets.cc); picked by the uprobe's attach cookie. */
+struct sw_go_offsets {
+  /* (*serverConn).processHeaders(f *MetaHeadersFrame): receiver in RAX, f in RBX. */
+  __u32 mhf_fields;        /* MetaHeadersFrame.Fields (slice): ptr, len */
+  __u32 frame_stream_id;   /* *HeadersFrame (at +0) -> FrameHeader.StreamID */
+  __u32 field_size;        /* sizeof(hpack.HeaderField) */
+  __u32 field_name;        /* HeaderField.Name (string) */
+  __u32 field_value;       /* HeaderField.Value (string) */
+  /* (*responseWriter).handlerDone(): receiver in RAX. */
+  __u32 rw_rws;            /* responseWriter.rws */
+  __u32 rws_stream;        /* responseWriterState.stream */
+  __u32 rws_status;        /* responseWriterState.status (int) */
+  __u32 rws_wrote_bytes;   /* responseWriterState.wroteBytes (int64) */
+  __u32 stream_sc;         /* stream.sc (*serverConn) */
+  __u32 stream_id;         /* stream.id (uint32) */
+};
+
+struct sw_event_header {
+  __u32 type;        /* enum sw_event_type */
+  __u32 tgid;
+  __u64 ts_ns;       /* bpf_ktime_get_ns */
+  __u64 conn;        /* *serverConn in the target: one HTTP/2 connection */
+  __u32 stream_id;
+  __u32 target;      /* attach cookie: the agent's target slot */
+};
+
+/* Followed by data_len bytes of fields, each: __u16 name_len, __u16 value_len, name, value. */
+struct sw_h2_request {
+  struct sw_event_header hdr;
+  __u16 field_count;     /* fields in the frame */
+  __u16 fields_kept;     /* fields copied into data */
+  __u32 data_len;
+  __u8 data[SW_DATA_SIZE];
+};
+
+struct sw_h2_response {
+  struct sw_event_header hdr;
+  __s64 status;          /* 0: the handler wrote no header; net/http then sends 200 */
+  __s64 wrote_bytes;     /* response body bytes written by the handler */
+};
+
+#endif

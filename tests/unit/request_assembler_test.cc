@@ -1,0 +1,160 @@
+// HTTP/2 event decoding and the request/response join, on hand-built events.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "agent/protocol/h2_events.h"
+#include "agent/protocol/request_assembler.h"
+#include "bpf/events.h"
+
+namespace stormwatch {
+namespace {
+
+std::vector<uint8_t> RequestBytes(uint32_t tgid, uint64_t conn, uint32_t stream, uint64_t ts,
+                                  const std::vector<std::pair<std::string, std::string>>& fields,
+                                  uint16_t field_count_override = 0) {
+  std::vector<uint8_t> data;
+  for (const auto& [n, v] : fields) {
+    uint16_t lens[2] = {static_cast<uint16_t>(n.size()), static_cast<uint16_t>(v.size())};
+    data.insert(data.end(), reinterpret_cast<uint8_t*>(lens), reinterpret_cast<uint8_t*>(lens) + 4);
+    data.insert(data.end(), n.begin(), n.end());
+    data.insert(data.end(), v.begin(), v.end());
+  }
+  sw_h2_request fixed{};
+  fixed.hdr = {SW_EV_H2_REQUEST, tgid, ts, conn, stream, 0};
+  fixed.field_count = field_count_override ? field_count_override : fields.size();
+  fixed.fields_kept = fields.size();
+  fixed.data_len = data.size();
+  std::vector<uint8_t> out(offsetof(sw_h2_request, data));
+  std::memcpy(out.data(), &fixed, out.size());
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+std::vector<uint8_t> ResponseBytes(uint32_t tgid, uint64_t conn, uint32_t stream, uint64_t ts,
+                                   int64_t status, int64_t bytes) {
+  sw_h2_response r{};
+  r.hdr = {SW_EV_H2_RESPONSE, tgid, ts, conn, stream, 0};
+  r.status = status;
+  r.wrote_bytes = bytes;
+  std::vector<uint8_t> out(sizeof(r));
+  std::memcpy(out.data(), &r, sizeof(r));
+  return out;
+}
+
+TEST(H2Events, DecodesRequestFields) {
+  auto bytes = RequestBytes(7, 0xc000100000, 3, 1000,
+                            {{":method", "PUT"}, {":path", "/api/v1/pods"}, {"user-agent", "x"}});
+  auto ev = DecodeCaptureEvent(bytes);
+  ASSERT_TRUE(ev.ok()) << ev.error();
+  const auto& req = std::get<H2RequestEvent>(*ev);
+  EXPECT_EQ(req.tgid, 7u);
+  EXPECT_EQ(req.conn, 0xc000100000u);
+  EXPECT_EQ(req.stream_id, 3u);
+  ASSERT_EQ(req.fields.size(), 3u);
+  EXPECT_EQ(req.fields[1].name, ":path");
+  EXPECT_EQ(req.fields[1].value, "/api/v1/pods");
+  EXPECT_FALSE(req.truncated());
+}
+
+TEST(H2Events, RejectsMalformedEvents) {
+  auto bytes = RequestBytes(7, 1, 3, 1000, {{":method", "GET"}});
+  // Every truncation is an error, never a read past the buffer.
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto ev = DecodeCaptureEvent(std::span(bytes.data(), n));
+    EXPECT_FALSE(ev.ok()) << "prefix of " << n << " bytes";
+  }
+  // A field length that points past data_len.
+  auto lying = bytes;
+  uint16_t huge = 60000;
+  std::memcpy(lying.data() + offsetof(sw_h2_request, data), &huge, 2);
+  EXPECT_FALSE(DecodeCaptureEvent(lying).ok());
+  std::vector<uint8_t> unknown(sizeof(sw_event_header), 0);
+  unknown[0] = 99;
+  EXPECT_FALSE(DecodeCaptureEvent(unknown).ok());
+}
+
+Identity FakeResolver(std::string_view authorization, std::string_view user_agent) {
+  Identity id;
+  id.user = authorization.empty() ? "system:anonymous" : "user-of-" + std::string(authorization.substr(7, 3));
+  id.user_agent = user_agent;
+  return id;
+}
+
+H2RequestEvent Req(uint32_t tgid, uint64_t conn, uint32_t stream, uint64_t ts,
+                   std::string method, std::string path) {
+  auto ev = DecodeCaptureEvent(RequestBytes(
+      tgid, conn, stream, ts,
+      {{":method", method}, {":path", path}, {"authorization", "Bearer abcdef"}, {"user-agent", "ua/1"}}));
+  return std::get<H2RequestEvent>(*ev);
+}
+
+H2ResponseEvent Resp(uint32_t tgid, uint64_t conn, uint32_t stream, uint64_t ts, int64_t status,
+                     int64_t bytes) {
+  return std::get<H2ResponseEvent>(*DecodeCaptureEvent(ResponseBytes(tgid, conn, stream, ts, status, bytes)));
+}
+
+TEST(RequestAssembler, JoinsByProcessConnectionAndStream) {
+  RequestAssembler a(FakeResolver);
+  a.OnRequest(Req(1, 100, 1, 10, "GET", "/api/v1/pods"));
+  a.OnRequest(Req(1, 200, 1, 11, "PUT", "/api/v1/namespaces/a/pods/p"));  // other connection
+  a.OnRequest(Req(2, 100, 1, 12, "DELETE", "/x"));                        // other process
+  EXPECT_EQ(a.pending(), 3u);
+
+  auto r = a.OnResponse(Resp(1, 200, 1, 50, 409, 321));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->method, "PUT");
+  EXPECT_EQ(r->path, "/api/v1/namespaces/a/pods/p");
+  EXPECT_EQ(r->status, 409);
+  EXPECT_EQ(r->response_bytes, 321u);
+  EXPECT_EQ(r->start_ns, 11u);
+  EXPECT_EQ(r->end_ns, 50u);
+  EXPECT_EQ(r->identity.user, "user-of-abc");
+  EXPECT_EQ(r->identity.user_agent, "ua/1");
+
+  // status 0: the handler wrote no header, net/http sends 200.
+  auto implicit = a.OnResponse(Resp(1, 100, 1, 60, 0, 0));
+  ASSERT_TRUE(implicit);
+  EXPECT_EQ(implicit->status, 200);
+  EXPECT_EQ(a.pending(), 1u);
+  EXPECT_FALSE(a.OnResponse(Resp(1, 100, 1, 70, 200, 0)));  // already answered
+  EXPECT_EQ(a.stats().responses_without_request, 1u);
+}
+
+TEST(RequestAssembler, TrailersAreNotRequests) {
+  RequestAssembler a(FakeResolver);
+  auto ev = std::get<H2RequestEvent>(*DecodeCaptureEvent(RequestBytes(1, 1, 1, 1, {{"grpc-status", "0"}})));
+  a.OnRequest(ev);
+  EXPECT_EQ(a.pending(), 0u);
+  EXPECT_EQ(a.stats().trailers_ignored, 1u);
+}
+
+TEST(RequestAssembler, BoundedAndExpiring) {
+  RequestAssembler a(FakeResolver, AssemblerLimits{.max_pending = 3, .max_age_ns = 100});
+  for (uint32_t s = 1; s <= 5; ++s) a.OnRequest(Req(1, 1, s, s, "GET", "/api"));
+  EXPECT_EQ(a.pending(), 3u);
+  EXPECT_EQ(a.stats().requests_without_response, 2u);
+  EXPECT_FALSE(a.OnResponse(Resp(1, 1, 1, 9, 200, 0)));  // evicted oldest
+  EXPECT_TRUE(a.OnResponse(Resp(1, 1, 5, 9, 200, 0)));
+  a.Expire(50);   // nothing old enough
+  EXPECT_EQ(a.pending(), 2u);
+  a.Expire(104);  // streams 3 and 4 are 101 and 100 old: at or past max_age
+  EXPECT_EQ(a.pending(), 0u);
+  EXPECT_EQ(a.stats().requests_without_response, 4u);
+  a.OnRequest(Req(9, 1, 1, 200, "GET", "/api"));
+  a.OnRequest(Req(8, 1, 1, 200, "GET", "/api"));
+  a.ForgetProcess(9);
+  EXPECT_EQ(a.pending(), 1u);
+}
+
+TEST(RequestAssembler, TruncatedHeadersAreCounted) {
+  RequestAssembler a(FakeResolver);
+  auto ev = std::get<H2RequestEvent>(*DecodeCaptureEvent(
+      RequestBytes(1, 1, 1, 1, {{":method", "GET"}, {":path", "/api"}}, /*field_count=*/60)));
+  a.OnRequest(ev);
+  EXPECT_EQ(a.stats().truncated_headers, 1u);
+}
+
+}  // namespace
+}  // namespace stormwatch
