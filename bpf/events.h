@@ -4,12 +4,7 @@
 #define STORMWATCH_BPF_EVENTS_H
 
 #ifndef __VMLINUX_H__
-#include <stdint.h>
-typedef uint8_t __u8;
-typedef uint16_t __u16;
-typedef uint32_t __u32;
-typedef uint64_t __u64;
-typedef int64_t __s64;
+#include <linux/types.h> /* user space; BPF programs get the types from vmlinux.h */
 #endif
 
 enum sw_event_type {

@@ -299,7 +299,10 @@ Result<GoBinary> GoBinary::Open(const std::string& path) {
 
 Result<bool> GoBinary::ReadPclntab() {
   std::vector<std::span<const uint8_t>> candidates;
-  if (const ElfSection* section = elf_.FindSection(".gopclntab")) {
+  // PIE binaries keep it in a relro section.
+  const ElfSection* section = elf_.FindSection(".gopclntab");
+  if (!section) section = elf_.FindSection(".data.rel.ro.gopclntab");
+  if (section) {
     auto bytes = elf_.BytesAt(section->offset, section->size);
     if (section->type == SHT_NOBITS || !bytes) return Error{".gopclntab lies outside the file"};
     candidates.push_back(*bytes);

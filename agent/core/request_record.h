@@ -40,6 +40,7 @@ struct Identity {
   std::string sa_name;
   std::string pod_name;         // from the bound token's kubernetes.io claim
   std::string user_agent;
+  std::string reason;           // why the kind is what it is, e.g. why kUnknown (never secret)
 };
 
 struct RequestRecord {

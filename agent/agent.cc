@@ -1,0 +1,109 @@
+#include "agent/agent.h"
+
+#include <spdlog/spdlog.h>
+#include <time.h>
+
+#include <cstdio>
+
+#include "agent/capture/gohttp_probes.h"
+#include "agent/capture/target_manager.h"
+#include "agent/pipeline/request_pipeline.h"
+#include "exporters/alert_log.h"
+#include "exporters/prometheus_exporter.h"
+
+namespace stormwatch {
+namespace {
+
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // the clock bpf_ktime_get_ns() reads
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+const char* kDropCauseNames[SW_DROP_CAUSE_COUNT] = {
+    "ring_buffer_full", "header_fields_truncated", "header_value_truncated", "read_failed"};
+
+void PublishTargetChange(PrometheusExporter& exporter, const TargetStatus& t, bool present) {
+  std::map<std::string, std::string> labels = {
+      {"pid", std::to_string(t.process.pid)}, {"target", t.process.name},
+      {"go_version", t.go_version},           {"xnet_version", t.xnet_version},
+      {"stack", t.stack},                     {"status", t.attached ? "attached" : "refused"}};
+  exporter.SetTargetInfo(labels, present);
+  if (!present) {
+    spdlog::info("target {} pid {} gone; probes detached", t.process.name, t.process.pid);
+    return;
+  }
+  if (t.attached) {
+    spdlog::info("attached to {} pid {} ({}, x/net {}, {} HTTP/2 stack){}{}", t.process.name,
+                 t.process.pid, t.go_version, t.xnet_version.empty() ? "unknown" : t.xnet_version,
+                 t.stack, t.problem.empty() ? "" : ": ", t.problem);
+  } else {
+    spdlog::warn("not attaching to {} pid {}: {}", t.process.name, t.process.pid, t.problem);
+    exporter.CountAttachFailure(t.process.name, t.go_version.empty() ? "unreadable_binary"
+                                                : t.stack.empty()    ? "unproven_version"
+                                                                     : "attach_failed");
+  }
+}
+
+}  // namespace
+
+int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
+  std::unique_ptr<PrometheusExporter> exporter;
+  try {
+    exporter = std::make_unique<PrometheusExporter>(options.metrics_address);
+  } catch (const std::exception& e) {
+    spdlog::critical("cannot serve metrics on {}: {}", options.metrics_address, e.what());
+    return 1;
+  }
+  spdlog::info("metrics on http://{}/metrics", options.metrics_address);
+
+  int64_t clock_offset = RealtimeMinusMonotonicNs();
+  RequestPipeline pipeline(exporter.get(), options.update_loop, [&](const StormTransition& t) {
+    // Alert lines go to stdout, one JSON document each, flushed at once.
+    std::string line = FormatAlertJson(t, clock_offset);
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  });
+
+  auto probes = GoHttpProbes::Load(options.ring_buffer_bytes,
+                                   [&](std::span<const uint8_t> bytes) { pipeline.OnEvent(bytes); });
+  if (!probes) {
+    spdlog::critical("{}", probes.error());
+    return 1;
+  }
+  TargetManagerOptions target_options{options.target_names, options.pids};
+  TargetManager targets(probes->get(), target_options,
+                        [&](const TargetStatus& t, bool present) {
+                          PublishTargetChange(*exporter, t, present);
+                          if (!present) pipeline.ForgetProcess(t.process.pid);
+                        });
+  targets.Refresh();
+  exporter->SetTargetsAttached(targets.attached_count());
+  if (targets.targets().empty()) spdlog::warn("no target process found yet; still looking");
+
+  int64_t next_tick = MonotonicNs() + 1000000000;
+  while (!stop.load()) {
+    int n = (*probes)->Poll(100);
+    if (n < 0 && n != -EINTR) spdlog::error("ring buffer poll failed: {}", n);
+    int64_t now = MonotonicNs();
+    if (now < next_tick) continue;
+    next_tick = now + 1000000000;
+    targets.Refresh();
+    exporter->SetTargetsAttached(targets.attached_count());
+    pipeline.Tick(now);
+    DropCounts drops = (*probes)->ReadDrops();
+    for (int i = 0; i < SW_DROP_CAUSE_COUNT; ++i) {
+      exporter->SetCaptureLoss(kDropCauseNames[i], drops.by_cause[i]);
+    }
+    auto hits = (*probes)->ReadHits();
+    exporter->SetProbeHits("http2_process_headers", hits[0]);
+    exporter->SetProbeHits("http2_handler_done", hits[1]);
+  }
+  // Drain what the ring buffer still holds so a clean stop loses nothing already captured.
+  (*probes)->Poll(0);
+  spdlog::info("stopping: {} requests seen", pipeline.stats().requests);
+  return 0;
+}
+
+}  // namespace stormwatch

@@ -1,0 +1,422 @@
+#include "agent/analysis/update_loop_detector.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <map>
+#include <utility>
+
+namespace stormwatch {
+namespace {
+
+constexpr int64_t kBucketNs = 1'000'000'000;
+constexpr char kSep = '\x1f';  // cannot occur in names, users or resources
+
+int64_t BucketOf(int64_t ns) {
+  return ns >= 0 ? ns / kBucketNs : -((-ns + kBucketNs - 1) / kBucketNs);
+}
+
+// Per-second values in a fixed ring; bucket b lives in slot b mod size. Only the `size`
+// buckets up to the newest one written (head) are kept; anything else reads as zero.
+template <typename T>
+class BucketRing {
+ public:
+  explicit BucketRing(size_t size) : slots_(size) {}
+
+  // The slot for bucket b, advancing the ring (and clearing skipped slots) if b is newer;
+  // nullptr if b is older than what the ring keeps.
+  T* Slot(int64_t b) {
+    const auto size = static_cast<int64_t>(slots_.size());
+    if (!has_head_) {
+      has_head_ = true;
+      head_ = b;
+      slots_[Index(b)] = T{};
+    } else if (b > head_) {
+      int64_t steps = std::min(b - head_, size);
+      for (int64_t k = 0; k < steps; ++k) slots_[Index(b - k)] = T{};
+      head_ = b;
+    } else if (b <= head_ - size) {
+      return nullptr;
+    }
+    return &slots_[Index(b)];
+  }
+
+  const T* Get(int64_t b) const {
+    const auto size = static_cast<int64_t>(slots_.size());
+    if (!has_head_ || b > head_ || b <= head_ - size) return nullptr;
+    return &slots_[Index(b)];
+  }
+
+  // Consecutive buckets ending at `last` (going back) for which pred holds, at most `limit`.
+  template <typename Pred>
+  int TrailingRun(int64_t last, int limit, Pred pred) const {
+    static const T kZero{};
+    int run = 0;
+    for (int64_t b = last; run < limit; --b) {
+      const T* v = Get(b);
+      if (!pred(v ? *v : kZero)) break;
+      ++run;
+    }
+    return run;
+  }
+
+  // Sum of f(bucket) over the `window` buckets ending at `last`.
+  template <typename F>
+  void ForWindow(int64_t last, int window, F f) const {
+    for (int64_t b = last; b > last - window; --b) {
+      if (const T* v = Get(b)) f(*v);
+    }
+  }
+
+ private:
+  size_t Index(int64_t b) const {
+    const auto size = static_cast<int64_t>(slots_.size());
+    return static_cast<size_t>(((b % size) + size) % size);
+  }
+
+  std::vector<T> slots_;
+  int64_t head_ = 0;
+  bool has_head_ = false;
+};
+
+// Status codes of one second: a few distinct codes exactly, the rest lumped.
+struct CodeSlots {
+  static constexpr size_t kSlots = 4;
+  std::array<int, kSlots> code{};
+  std::array<uint32_t, kSlots> count{};
+  uint32_t other = 0;  // writes whose code did not fit
+
+  void Add(int c) {
+    for (size_t i = 0; i < kSlots; ++i) {
+      if (count[i] != 0 && code[i] == c) {
+        ++count[i];
+        return;
+      }
+    }
+    for (size_t i = 0; i < kSlots; ++i) {
+      if (count[i] == 0) {
+        code[i] = c;
+        count[i] = 1;
+        return;
+      }
+    }
+    ++other;
+  }
+};
+
+struct ResourceBucket {
+  uint32_t writes = 0;
+  uint32_t max_object_writes = 0;  // the busiest single object in this second
+  CodeSlots codes;
+};
+
+// Code -1 in the evidence stands for "other codes" that did not fit a bucket's slots.
+constexpr int kOtherCodes = -1;
+
+// Seconds the evidence rates average over: the evidence window, but no further back than
+// the key's first write, so a storm that began 5 s ago is not diluted by 5 empty seconds.
+int EffectiveWindow(int window, int64_t first_seen_ns, int64_t last_bucket) {
+  int64_t since_first = last_bucket - BucketOf(first_seen_ns) + 1;
+  return static_cast<int>(std::clamp<int64_t>(since_first, 1, window));
+}
+
+}  // namespace
+
+struct UpdateLoopDetector::ObjectEntry {
+  ObjectEntry(std::string k, std::string rk, std::string ns, std::string n, size_t ring)
+      : key(std::move(k)),
+        resource_key(std::move(rk)),
+        namespace_(std::move(ns)),
+        name(std::move(n)),
+        counts(ring) {}
+  std::string key;
+  std::string resource_key;
+  std::string namespace_;
+  std::string name;
+  BucketRing<uint32_t> counts;
+};
+
+struct UpdateLoopDetector::ResourceEntry {
+  explicit ResourceEntry(size_t ring) : buckets(ring) {}
+  std::string key;
+  Identity identity;
+  std::string api_group;
+  std::string resource;
+  BucketRing<ResourceBucket> buckets;
+  int64_t first_seen_ns = 0;
+  bool firing = false;
+  UpdateLoopEvidence fired;  // evidence at Firing; Resolved repeats it
+  UpdateLoopEvidence live;   // refreshed by each Evaluate while firing
+};
+
+std::vector<std::string> UpdateLoopConfig::Problems() const {
+  std::vector<std::string> p;
+  if (!(object_rate > 0)) p.push_back("object_rate must be > 0");
+  if (!(resource_rate > 0)) p.push_back("resource_rate must be > 0");
+  if (object_sustain_s < 1) p.push_back("object_sustain_s must be >= 1");
+  if (resource_sustain_s < 1) p.push_back("resource_sustain_s must be >= 1");
+  if (resolve_s < 1) p.push_back("resolve_s must be >= 1");
+  if (evidence_window_s < 1) p.push_back("evidence_window_s must be >= 1");
+  if (max_objects < 1) p.push_back("max_objects must be >= 1");
+  if (max_resources < 1) p.push_back("max_resources must be >= 1");
+  return p;
+}
+
+UpdateLoopDetector::UpdateLoopDetector(UpdateLoopConfig config) : config_(std::move(config)) {
+  // Clamp what Problems() reports, so a bad config degrades instead of misbehaving.
+  if (!(config_.object_rate > 0)) config_.object_rate = UpdateLoopConfig{}.object_rate;
+  if (!(config_.resource_rate > 0)) config_.resource_rate = UpdateLoopConfig{}.resource_rate;
+  config_.object_sustain_s = std::max(config_.object_sustain_s, 1);
+  config_.resource_sustain_s = std::max(config_.resource_sustain_s, 1);
+  config_.resolve_s = std::max(config_.resolve_s, 1);
+  config_.evidence_window_s = std::max(config_.evidence_window_s, 1);
+  config_.max_objects = std::max<size_t>(config_.max_objects, 1);
+  config_.max_resources = std::max<size_t>(config_.max_resources, 1);
+  // +1: the bucket in progress occupies a slot besides the complete ones we look at.
+  object_ring_ =
+      static_cast<size_t>(std::max(config_.object_sustain_s, config_.evidence_window_s)) + 1;
+  resource_ring_ = static_cast<size_t>(std::max(
+                       {config_.resource_sustain_s, config_.resolve_s,
+                        config_.evidence_window_s})) + 1;
+}
+
+UpdateLoopDetector::~UpdateLoopDetector() = default;
+
+void UpdateLoopDetector::EvictObjectIfFull() {
+  while (objects_.size() >= config_.max_objects) {
+    object_index_.erase(objects_.back().key);
+    objects_.pop_back();
+    ++stats_.object_evictions;
+  }
+}
+
+void UpdateLoopDetector::EvictResourceIfFull() {
+  while (resources_.size() >= config_.max_resources) {
+    ResourceEntry& victim = resources_.back();
+    // A firing storm must still end with exactly one Resolved.
+    if (victim.firing) pending_.push_back({StormState::kResolved, 0, victim.fired});
+    resource_index_.erase(victim.key);
+    resources_.pop_back();
+    ++stats_.resource_evictions;
+  }
+}
+
+UpdateLoopDetector::ResourceEntry& UpdateLoopDetector::TouchResource(const RequestRecord& r,
+                                                                     const std::string& key,
+                                                                     int64_t now_ns) {
+  if (auto it = resource_index_.find(key); it != resource_index_.end()) {
+    resources_.splice(resources_.begin(), resources_, it->second);
+    ResourceEntry& res = *it->second;
+    if (res.identity.user_agent != r.identity.user_agent) {
+      res.identity.user_agent = r.identity.user_agent;
+    }
+    return res;
+  }
+  EvictResourceIfFull();
+  for (StormTransition& t : pending_) {
+    if (t.at_ns == 0) t.at_ns = now_ns;
+  }
+  resources_.emplace_front(resource_ring_);
+  ResourceEntry& res = resources_.front();
+  res.key = key;
+  res.identity = r.identity;
+  res.api_group = r.info.api_group;
+  res.resource = r.info.resource;
+  res.first_seen_ns = now_ns;
+  resource_index_.emplace(key, resources_.begin());
+  return res;
+}
+
+void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
+  const RequestInfo& info = r.info;
+  if (!info.is_resource_request || info.name.empty()) return;
+  if (info.verb != "update" && info.verb != "patch") return;
+  ++stats_.writes_observed;
+
+  // Identity = user + pod: replicas of one service account are told apart by their pod.
+  std::string resource_key;
+  resource_key.reserve(r.identity.user.size() + r.identity.pod_name.size() +
+                       info.api_group.size() + info.resource.size() + 4);
+  resource_key.append(r.identity.user).push_back(kSep);
+  resource_key.append(r.identity.pod_name).push_back(kSep);
+  resource_key.append(info.api_group).push_back(kSep);
+  resource_key.append(info.resource);
+  std::string object_key = resource_key;
+  object_key.append(1, kSep).append(info.namespace_).append(1, kSep).append(info.name);
+
+  const int64_t bucket = BucketOf(now_ns);
+  ObjectEntry* object;
+  if (auto it = object_index_.find(object_key); it != object_index_.end()) {
+    objects_.splice(objects_.begin(), objects_, it->second);
+    object = &*it->second;
+  } else {
+    EvictObjectIfFull();
+    objects_.emplace_front(object_key, resource_key, info.namespace_, info.name, object_ring_);
+    object_index_.emplace(std::move(object_key), objects_.begin());
+    object = &objects_.front();
+  }
+  uint32_t* count = object->counts.Slot(bucket);
+  ResourceEntry& res = TouchResource(r, resource_key, now_ns);
+  ResourceBucket* rb = res.buckets.Slot(bucket);
+  if (count == nullptr || rb == nullptr) {
+    ++stats_.late_dropped;
+    return;
+  }
+  ++*count;
+  ++rb->writes;
+  rb->max_object_writes = std::max(rb->max_object_writes, *count);
+  rb->codes.Add(r.status);
+}
+
+UpdateLoopEvidence UpdateLoopDetector::BuildEvidence(const ResourceEntry& res,
+                                                     int64_t last_bucket,
+                                                     std::vector<TopObject> top) const {
+  UpdateLoopEvidence ev;
+  ev.identity = res.identity;
+  ev.api_group = res.api_group;
+  ev.resource = res.resource;
+  ev.first_seen_ns = res.first_seen_ns;
+  if (!top.empty() &&
+      std::all_of(top.begin(), top.end(),
+                  [&](const TopObject& t) { return t.namespace_ == top.front().namespace_; })) {
+    ev.namespace_ = top.front().namespace_;
+  }
+  ev.top_objects = std::move(top);
+
+  const int window = config_.evidence_window_s;
+  uint64_t writes = 0;
+  std::map<int, uint64_t> codes;
+  res.buckets.ForWindow(last_bucket, window, [&](const ResourceBucket& b) {
+    writes += b.writes;
+    for (size_t i = 0; i < CodeSlots::kSlots; ++i) {
+      if (b.codes.count[i] != 0) codes[b.codes.code[i]] += b.codes.count[i];
+    }
+    if (b.codes.other != 0) codes[kOtherCodes] += b.codes.other;
+  });
+  ev.resource_writes_per_second =
+      static_cast<double>(writes) / EffectiveWindow(window, res.first_seen_ns, last_bucket);
+  for (const auto& [code, n] : codes) ev.codes.push_back({code, n});
+  return ev;
+}
+
+std::vector<StormTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
+  std::vector<StormTransition> out = std::move(pending_);
+  pending_.clear();
+  const int64_t last = BucketOf(now_ns) - 1;  // newest complete bucket
+  const int window = config_.evidence_window_s;
+  const size_t top_n = config_.top_objects;
+
+  // One pass over objects: which resource keys have an object over the object rule, and
+  // their busiest objects (kept as a small sorted list of pointers, no string copies).
+  struct Aggregate {
+    bool object_rule = false;
+    int64_t object_since = std::numeric_limits<int64_t>::max();
+    std::vector<std::pair<double, const ObjectEntry*>> top;
+  };
+  std::unordered_map<const ResourceEntry*, Aggregate> aggregates;
+  auto better = [](const std::pair<double, const ObjectEntry*>& a,
+                   const std::pair<double, const ObjectEntry*>& b) {
+    if (a.first != b.first) return a.first > b.first;
+    if (a.second->namespace_ != b.second->namespace_) {
+      return a.second->namespace_ < b.second->namespace_;
+    }
+    return a.second->name < b.second->name;
+  };
+  const auto object_limit = static_cast<int>(object_ring_) - 1;
+  for (const ObjectEntry& o : objects_) {
+    uint64_t writes = 0;
+    o.counts.ForWindow(last, window, [&](uint32_t c) { writes += c; });
+    if (writes == 0) continue;  // nothing in the window, so no run either
+    auto rit = resource_index_.find(o.resource_key);
+    if (rit == resource_index_.end()) continue;  // its resource key was evicted
+    Aggregate& agg = aggregates[&*rit->second];
+    int run = o.counts.TrailingRun(last, object_limit, [&](uint32_t c) {
+      return c >= config_.object_rate;
+    });
+    if (run >= config_.object_sustain_s) {
+      agg.object_rule = true;
+      agg.object_since = std::min(agg.object_since, last - run + 1);
+    }
+    const int seconds = EffectiveWindow(window, rit->second->first_seen_ns, last);
+    std::pair<double, const ObjectEntry*> entry{static_cast<double>(writes) / seconds, &o};
+    if (agg.top.size() < top_n || (top_n > 0 && better(entry, agg.top.back()))) {
+      agg.top.insert(std::upper_bound(agg.top.begin(), agg.top.end(), entry, better), entry);
+      if (agg.top.size() > top_n) agg.top.pop_back();
+    }
+  }
+
+  const auto resource_limit = static_cast<int>(resource_ring_) - 1;
+  for (ResourceEntry& res : resources_) {
+    auto ait = aggregates.find(&res);
+    const Aggregate* agg = ait == aggregates.end() ? nullptr : &ait->second;
+    auto top_objects = [&] {
+      std::vector<TopObject> top;
+      if (agg) {
+        for (const auto& [rate, o] : agg->top) top.push_back({o->namespace_, o->name, rate});
+      }
+      return top;
+    };
+
+    if (!res.firing) {
+      int run = res.buckets.TrailingRun(last, resource_limit, [&](const ResourceBucket& b) {
+        return b.writes >= config_.resource_rate;
+      });
+      bool resource_rule = run >= config_.resource_sustain_s;
+      bool object_rule = agg && agg->object_rule;
+      if (!resource_rule && !object_rule) continue;
+      UpdateLoopEvidence ev = BuildEvidence(res, last, top_objects());
+      int64_t since = std::numeric_limits<int64_t>::max();
+      if (object_rule) {
+        ev.rule = "object";
+        since = agg->object_since;
+      }
+      if (resource_rule) {
+        ev.rule += ev.rule.empty() ? "resource" : ",resource";
+        since = std::min(since, last - run + 1);
+      }
+      ev.since_ns = since * kBucketNs;
+      ev.fired_ns = now_ns;
+      res.firing = true;
+      res.fired = ev;
+      res.live = ev;
+      out.push_back({StormState::kFiring, now_ns, std::move(ev)});
+      continue;
+    }
+
+    // Firing: resolve only after resolve_s calm seconds in a row.
+    int calm = res.buckets.TrailingRun(last, config_.resolve_s, [&](const ResourceBucket& b) {
+      return b.writes < config_.resource_rate && b.max_object_writes < config_.object_rate;
+    });
+    if (calm >= config_.resolve_s) {
+      res.firing = false;
+      out.push_back({StormState::kResolved, now_ns, res.fired});
+      continue;
+    }
+    UpdateLoopEvidence ev = BuildEvidence(res, last, top_objects());
+    ev.rule = res.fired.rule;
+    ev.since_ns = res.fired.since_ns;
+    ev.fired_ns = res.fired.fired_ns;
+    res.live = std::move(ev);
+  }
+  for (StormTransition& t : out) {
+    if (t.at_ns == 0) t.at_ns = now_ns;
+  }
+  return out;
+}
+
+std::vector<ActiveStorm> UpdateLoopDetector::Active() const {
+  std::vector<ActiveStorm> active;
+  for (const ResourceEntry& res : resources_) {
+    if (res.firing) active.push_back(res.live);
+  }
+  return active;
+}
+
+UpdateLoopStats UpdateLoopDetector::Stats() const {
+  UpdateLoopStats s = stats_;
+  s.tracked_objects = objects_.size();
+  s.tracked_resources = resources_.size();
+  return s;
+}
+
+}  // namespace stormwatch

@@ -1,0 +1,387 @@
+#include "agent/kube/identity.h"
+
+#include <string.h>  // explicit_bzero
+
+#include <array>
+#include <cctype>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace stormwatch {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr std::string_view kAnonymousUser = "system:anonymous";
+constexpr std::string_view kServiceAccountPrefix = "system:serviceaccount:";
+constexpr std::string_view kLegacyIssuer = "kubernetes/serviceaccount";
+constexpr std::string_view kLegacyNamespaceClaim = "kubernetes.io/serviceaccount/namespace";
+constexpr std::string_view kLegacyNameClaim = "kubernetes.io/serviceaccount/service-account.name";
+// Deeper JSON than this is not a token; refusing it keeps parsing cheap and shallow.
+constexpr int kMaxJsonDepth = 32;
+// Longest user name taken from claims (it becomes a label value).
+constexpr size_t kMaxUserBytes = 512;
+
+// Overwrites a buffer that held decoded credential bytes before it is freed.
+void Wipe(std::string& s) {
+  if (!s.empty()) explicit_bzero(s.data(), s.size());
+  s.clear();
+}
+
+// Owns decoded credential bytes and wipes them on every exit path.
+struct WipedString {
+  std::string value;
+  ~WipedString() { Wipe(value); }
+};
+
+std::string_view TrimSpace(std::string_view s) {
+  auto is_space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+struct HashKey {
+  uint64_t k0;
+  uint64_t k1;
+};
+
+const HashKey& ProcessKey() {
+  static const HashKey key = [] {
+    std::random_device rd;
+    auto draw64 = [&rd] { return (static_cast<uint64_t>(rd()) << 32) ^ rd(); };
+    return HashKey{draw64(), draw64()};
+  }();
+  return key;
+}
+
+std::string TokenName(std::string_view credential) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "token:%012llx",
+                static_cast<unsigned long long>(KeyedHash(credential) >> 16));
+  return buf;
+}
+
+Identity Unknown(std::string_view credential, std::string reason) {
+  Identity id;
+  id.kind = Identity::Kind::kUnknown;
+  id.user = TokenName(credential);
+  id.reason = std::move(reason);
+  return id;
+}
+
+bool IsBase64UrlChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_';
+}
+
+// [a-z0-9]{6}.[a-z0-9]{16}: kubeadm bootstrap tokens; the id half is public.
+bool IsBootstrapToken(std::string_view token) {
+  if (token.size() != 23 || token[6] != '.') return false;
+  for (size_t i = 0; i < token.size(); ++i) {
+    if (i == 6) continue;
+    char c = token[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) return false;
+  }
+  return true;
+}
+
+// Maximum bracket nesting outside strings; stops early once over the limit.
+int JsonDepth(std::string_view s) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : s) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') max_depth = std::max(max_depth, ++depth);
+    else if (c == '}' || c == ']') --depth;
+    if (max_depth > kMaxJsonDepth) break;
+  }
+  return max_depth;
+}
+
+// DNS-1123 style names (namespaces, service accounts, pods): what the apiserver would
+// accept; anything else in a claim is forged or garbage.
+bool IsObjectName(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return false;
+  }
+  return true;
+}
+
+// A user name from claims: bounded and printable.
+bool IsPrintableName(std::string_view s) {
+  if (s.empty() || s.size() > kMaxUserBytes) return false;
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) return false;
+  }
+  return true;
+}
+
+// Reads an optional string member; nullopt with `error` set if present but not a string.
+std::optional<std::string> StringClaim(const Json& obj, std::string_view key, std::string& error) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) {
+    error = "claim " + std::string(key) + " is not a string";
+    return std::nullopt;
+  }
+  return it->get_ref<const std::string&>();
+}
+
+Identity ServiceAccount(std::string_view credential, const std::string& ns,
+                        const std::string& name, const std::string& pod, std::string reason) {
+  if (!IsObjectName(ns) || !IsObjectName(name) || (!pod.empty() && !IsObjectName(pod))) {
+    return Unknown(credential, "service-account claims hold invalid names");
+  }
+  Identity id;
+  id.kind = Identity::Kind::kServiceAccount;
+  id.user = std::string(kServiceAccountPrefix) + ns + ":" + name;
+  id.sa_namespace = ns;
+  id.sa_name = name;
+  id.pod_name = pod;
+  id.reason = std::move(reason);
+  return id;
+}
+
+// Bound token: "kubernetes.io": {namespace, serviceaccount{name,uid}, pod{name,uid}}.
+Identity FromBoundClaims(std::string_view credential, const Json& k8s) {
+  if (!k8s.is_object()) return Unknown(credential, "claim kubernetes.io is not an object");
+  std::string error;
+  auto ns = StringClaim(k8s, "namespace", error);
+  if (!error.empty()) return Unknown(credential, error);
+  auto sa = k8s.find("serviceaccount");
+  if (sa == k8s.end() || !sa->is_object()) {
+    return Unknown(credential, "claim kubernetes.io.serviceaccount missing or not an object");
+  }
+  auto name = StringClaim(*sa, "name", error);
+  if (!error.empty()) return Unknown(credential, error);
+  std::string pod_name;
+  if (auto pod = k8s.find("pod"); pod != k8s.end() && !pod->is_null()) {
+    if (!pod->is_object()) return Unknown(credential, "claim kubernetes.io.pod is not an object");
+    auto p = StringClaim(*pod, "name", error);
+    if (!error.empty()) return Unknown(credential, error);
+    pod_name = p.value_or("");
+  }
+  if (!ns || !name) return Unknown(credential, "bound token without namespace or name");
+  return ServiceAccount(credential, *ns, *name, pod_name, "bound service-account token");
+}
+
+Identity FromClaims(std::string_view credential, const Json& claims) {
+  std::string error;
+  if (auto k8s = claims.find("kubernetes.io"); k8s != claims.end()) {
+    return FromBoundClaims(credential, *k8s);
+  }
+  auto iss = StringClaim(claims, "iss", error);
+  if (!error.empty()) return Unknown(credential, error);
+  auto legacy_ns = StringClaim(claims, kLegacyNamespaceClaim, error);
+  if (!error.empty()) return Unknown(credential, error);
+  auto legacy_name = StringClaim(claims, kLegacyNameClaim, error);
+  if (!error.empty()) return Unknown(credential, error);
+  if (iss == kLegacyIssuer || legacy_ns || legacy_name) {
+    if (!legacy_ns || !legacy_name) {
+      return Unknown(credential, "legacy service-account token without namespace or name");
+    }
+    return ServiceAccount(credential, *legacy_ns, *legacy_name, "",
+                          "legacy secret-based service-account token");
+  }
+
+  auto sub = StringClaim(claims, "sub", error);
+  if (!error.empty()) return Unknown(credential, error);
+  // A service-account subject without the private claim (e.g. a re-issued token).
+  if (sub && sub->starts_with(kServiceAccountPrefix)) {
+    std::string_view rest = std::string_view(*sub).substr(kServiceAccountPrefix.size());
+    size_t colon = rest.find(':');
+    if (colon != std::string_view::npos) {
+      return ServiceAccount(credential, std::string(rest.substr(0, colon)),
+                            std::string(rest.substr(colon + 1)), "",
+                            "service-account subject without kubernetes.io claim");
+    }
+  }
+  auto email = StringClaim(claims, "email", error);
+  if (!error.empty()) return Unknown(credential, error);
+  std::string user;
+  if (email && !email->empty()) {
+    user = *email;
+  } else if (sub && !sub->empty()) {
+    user = (iss && !iss->empty()) ? *iss + "#" + *sub : *sub;
+  } else {
+    return Unknown(credential, "JWT without sub or email");
+  }
+  if (!IsPrintableName(user)) return Unknown(credential, "JWT user name too long or unprintable");
+  Identity id;
+  id.kind = Identity::Kind::kUser;
+  id.user = std::move(user);
+  id.reason = "JWT (not a service-account token)";
+  return id;
+}
+
+Identity FromJwt(std::string_view token) {
+  size_t dot1 = token.find('.');
+  size_t dot2 = token.find('.', dot1 + 1);
+  std::string_view payload_b64 = token.substr(dot1 + 1, dot2 - dot1 - 1);
+  WipedString payload;
+  if (payload_b64.empty() || !Base64UrlDecode(payload_b64, payload.value)) {
+    return Unknown(token, "JWT payload is not base64url");
+  }
+  if (JsonDepth(payload.value) > kMaxJsonDepth) {
+    return Unknown(token, "JWT payload nested too deeply");
+  }
+  Json claims = Json::parse(payload.value, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (claims.is_discarded()) return Unknown(token, "JWT payload is not JSON");
+  if (!claims.is_object()) return Unknown(token, "JWT payload is not a JSON object");
+  return FromClaims(token, claims);
+}
+
+// Three dot-separated segments of base64url characters.
+bool LooksLikeJwt(std::string_view token) {
+  int dots = 0;
+  for (char c : token) {
+    if (c == '.') {
+      ++dots;
+    } else if (!IsBase64UrlChar(c) && c != '=') {
+      return false;
+    }
+  }
+  return dots == 2;
+}
+
+Identity FromAuthorization(std::string_view authorization) {
+  // As the apiserver's bearer-token authenticator reads the header.
+  std::string_view auth = TrimSpace(authorization);
+  if (auth.empty()) {
+    Identity id;
+    id.kind = Identity::Kind::kAnonymous;
+    id.user = std::string(kAnonymousUser);
+    id.reason = "no Authorization header";
+    return id;
+  }
+  if (auth.size() > kMaxTokenBytes) return Unknown(auth, "credential longer than 16 KiB");
+  size_t space = auth.find(' ');
+  std::string_view scheme = auth.substr(0, space);
+  if (!EqualsIgnoreCase(scheme, "bearer")) {
+    std::string shown = scheme.size() <= 16 && IsPrintableName(scheme)
+                            ? std::string(scheme) : std::string("?");
+    return Unknown(auth, "authorization scheme " + shown + " is not Bearer");
+  }
+  std::string_view rest = space == std::string_view::npos ? std::string_view()
+                                                          : auth.substr(space + 1);
+  std::string_view token = rest.substr(0, rest.find(' '));
+  if (token.empty()) return Unknown(auth, "empty bearer token");
+  if (IsBootstrapToken(token)) {
+    Identity id;
+    id.kind = Identity::Kind::kUser;
+    id.user = "system:bootstrap:" + std::string(token.substr(0, 6));
+    id.reason = "bootstrap token";
+    return id;
+  }
+  if (LooksLikeJwt(token)) return FromJwt(token);
+  Identity id = Unknown(token, "opaque bearer token");
+  return id;
+}
+
+}  // namespace
+
+uint64_t SipHash24(uint64_t k0, uint64_t k1, std::string_view data) {
+  auto rotl = [](uint64_t x, int b) { return (x << b) | (x >> (64 - b)); };
+  uint64_t v0 = k0 ^ 0x736f6d6570736575ULL;
+  uint64_t v1 = k1 ^ 0x646f72616e646f6dULL;
+  uint64_t v2 = k0 ^ 0x6c7967656e657261ULL;
+  uint64_t v3 = k1 ^ 0x7465646279746573ULL;
+  auto round = [&] {
+    v0 += v1; v1 = rotl(v1, 13); v1 ^= v0; v0 = rotl(v0, 32);
+    v2 += v3; v3 = rotl(v3, 16); v3 ^= v2;
+    v0 += v3; v3 = rotl(v3, 21); v3 ^= v0;
+    v2 += v1; v1 = rotl(v1, 17); v1 ^= v2; v2 = rotl(v2, 32);
+  };
+  auto load_le = [](const unsigned char* p, size_t n) {
+    uint64_t m = 0;
+    for (size_t i = 0; i < n; ++i) m |= static_cast<uint64_t>(p[i]) << (8 * i);
+    return m;
+  };
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  size_t len = data.size();
+  size_t full = len - len % 8;
+  for (size_t i = 0; i < full; i += 8) {
+    uint64_t m = load_le(p + i, 8);
+    v3 ^= m;
+    round();
+    round();
+    v0 ^= m;
+  }
+  uint64_t b = (static_cast<uint64_t>(len) << 56) | load_le(p + full, len - full);
+  v3 ^= b;
+  round();
+  round();
+  v0 ^= b;
+  v2 ^= 0xff;
+  for (int i = 0; i < 4; ++i) round();
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+
+uint64_t KeyedHash(std::string_view data) {
+  const HashKey& key = ProcessKey();
+  return SipHash24(key.k0, key.k1, data);
+}
+
+bool Base64UrlDecode(std::string_view in, std::string& out) {
+  out.clear();
+  while (!in.empty() && in.back() == '=') in.remove_suffix(1);
+  if (in.size() % 4 == 1) return false;  // no whole byte in a lone sextet
+  out.reserve(in.size() * 3 / 4);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    int v;
+    if (c >= 'A' && c <= 'Z') v = c - 'A';
+    else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
+    else if (c >= '0' && c <= '9') v = c - '0' + 52;
+    else if (c == '-') v = 62;
+    else if (c == '_') v = 63;
+    else {
+      Wipe(out);
+      return false;
+    }
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  return true;
+}
+
+Identity IdentityFromHeaders(std::string_view authorization, std::string_view user_agent) {
+  // Only allocation failure can throw in here; it must not cross into the caller.
+  try {
+    Identity id = FromAuthorization(authorization);
+    id.user_agent = std::string(user_agent.substr(0, kMaxUserAgentBytes));
+    return id;
+  } catch (...) {
+    return Identity{};  // kUnknown; building a reason could throw again
+  }
+}
+
+}  // namespace stormwatch

@@ -1,0 +1,48 @@
+// Who sent a request, from its Authorization and User-Agent headers.
+//
+// Claims are decoded, never verified (DESIGN.md): an attacker can forge any claim, so an
+// identity here is "what the client says it is"; the response code (401) tells whether the
+// apiserver agreed. The credential itself is never stored, returned or logged: unknown
+// bearer tokens are named by a keyed hash (SipHash-2-4 under a 128-bit key drawn from
+// std::random_device once per process), so names are stable within one agent run, differ
+// between runs, and cannot be checked against a guessed token outside this process.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "agent/core/request_record.h"
+
+namespace stormwatch {
+
+// Longest Authorization value decoded; longer ones are kUnknown (a bound token is ~1 KiB).
+inline constexpr size_t kMaxTokenBytes = 16 * 1024;
+// Longest user agent kept (it becomes a label value).
+inline constexpr size_t kMaxUserAgentBytes = 256;
+
+// Maps credentials to an Identity:
+//  - no Authorization (or only whitespace): kAnonymous "system:anonymous". The request may
+//    still carry a client certificate, which the capture layer sees and this does not.
+//  - "Bearer <JWT>": a bound service-account token (claim "kubernetes.io") or a legacy
+//    secret-based one (iss "kubernetes/serviceaccount") gives kServiceAccount; any other
+//    JWT with email or sub gives kUser ("email", else "iss#sub" as the OIDC authenticator
+//    names users without a prefix).
+//  - "Bearer <id>.<secret>" in bootstrap-token form: kUser "system:bootstrap:<id>".
+//  - any other bearer: kUnknown, user "token:<12 hex of the keyed hash>".
+//  - anything malformed (bad base64, not a JSON object, claims of the wrong type, too
+//    long, another scheme): kUnknown with `reason`; never throws.
+Identity IdentityFromHeaders(std::string_view authorization, std::string_view user_agent);
+
+// The keyed 64-bit hash used for "token:" names (exposed for tests and for other code that
+// needs a per-process key for a secret, e.g. certificate fingerprints).
+uint64_t KeyedHash(std::string_view data);
+
+// SipHash-2-4 of `data` under the key (k0, k1), little-endian as in the reference code.
+uint64_t SipHash24(uint64_t k0, uint64_t k1, std::string_view data);
+
+// Base64url (RFC 4648 §5) decoding, padding optional; false on any other character.
+// Exposed for tests. The caller owns (and should wipe) `out`.
+bool Base64UrlDecode(std::string_view in, std::string& out);
+
+}  // namespace stormwatch

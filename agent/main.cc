@@ -1,0 +1,42 @@
+// stormwatch: eBPF agent that says who is hammering the Kubernetes API server, how, and what
+// to change. See README.md for the architecture.
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cstdio>
+
+#include "agent/agent.h"
+#include "agent/options.h"
+
+namespace {
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto options = stormwatch::ParseAgentOptions(argc, argv);
+  if (!options) {
+    std::fprintf(stderr, "stormwatch: %s\n", options.error().c_str());
+    return 2;
+  }
+  if (options->show_help) {
+    std::fputs(stormwatch::AgentUsage().c_str(), stdout);
+    return 0;
+  }
+  if (options->show_version) {
+    std::puts("stormwatch 0.1.0");
+    return 0;
+  }
+  // Logs go to stderr; stdout carries only alert lines.
+  auto logger = spdlog::stderr_color_mt("stormwatch");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(options->log_level));
+
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  return stormwatch::RunAgent(*options, g_stop);
+}

@@ -1,0 +1,85 @@
+#include "agent/pipeline/request_pipeline.h"
+
+#include "agent/kube/identity.h"
+#include "agent/kube/metric_labels.h"
+#include "agent/kube/request_info.h"
+#include "agent/protocol/h2_events.h"
+
+namespace stormwatch {
+
+Identity IdentityCache::Resolve(std::string_view authorization, std::string_view user_agent) {
+  uint64_t key = KeyedHash(authorization) * 31 + KeyedHash(user_agent);
+  if (auto it = index_.find(key); it != index_.end()) {
+    ++hits_;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
+  ++misses_;
+  Identity id = IdentityFromHeaders(authorization, user_agent);
+  lru_.emplace_front(key, id);
+  index_[key] = lru_.begin();
+  if (lru_.size() > capacity_) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return id;
+}
+
+std::string ClientLabel(const Identity& identity) {
+  return identity.user.empty() ? "unknown" : identity.user;
+}
+
+RequestPipeline::RequestPipeline(PrometheusExporter* exporter, UpdateLoopConfig update_loop,
+                                 TransitionSink on_transition, AssemblerLimits limits)
+    : exporter_(exporter),
+      assembler_([this](std::string_view a, std::string_view ua) { return identities_.Resolve(a, ua); },
+                 limits),
+      update_loop_(std::move(update_loop)),
+      on_transition_(std::move(on_transition)) {}
+
+void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
+  ++stats_.events;
+  auto event = DecodeCaptureEvent(bytes);
+  if (!event) {
+    ++stats_.decode_errors;
+    return;
+  }
+  if (auto* req = std::get_if<H2RequestEvent>(&*event)) {
+    assembler_.OnRequest(*req);
+  } else if (auto record = assembler_.OnResponse(std::get<H2ResponseEvent>(*event))) {
+    OnRequest(*record);
+  }
+}
+
+void RequestPipeline::OnRequest(RequestRecord& r) {
+  ++stats_.requests;
+  r.info = ParseRequestInfo(r.method, r.path);
+  MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
+  exporter_->CountRequest(
+      RequestLabels{ClientLabel(r.identity), m.verb, m.group, m.version, m.resource, m.subresource,
+                    m.scope, std::to_string(r.status)},
+      r.response_bytes);
+  update_loop_.Observe(r, static_cast<int64_t>(r.end_ns));
+}
+
+void RequestPipeline::Tick(int64_t now_ns) {
+  assembler_.Expire(static_cast<uint64_t>(now_ns));
+  for (const StormTransition& t : update_loop_.Evaluate(now_ns)) {
+    const UpdateLoopEvidence& e = t.evidence;
+    bool firing = t.state == StormState::kFiring;
+    exporter_->SetStormActive({{"storm", e.storm},
+                               {"client", ClientLabel(e.identity)},
+                               {"group", e.api_group},
+                               {"resource", e.resource}},
+                              firing);
+    if (firing) exporter_->CountStormStarted(e.storm);
+    on_transition_(t);
+  }
+  const AssemblerStats& a = assembler_.stats();
+  exporter_->SetCaptureLoss("request_without_response", a.requests_without_response);
+  exporter_->SetCaptureLoss("response_without_request", a.responses_without_request);
+  exporter_->SetCaptureLoss("headers_truncated", a.truncated_headers);
+  exporter_->SetCaptureLoss("undecodable_event", stats_.decode_errors);
+}
+
+}  // namespace stormwatch

@@ -1,0 +1,75 @@
+// Everything between a captured event and the exporters: decode, join request and response,
+// name the request the way kube-apiserver does, attribute it, count it, feed the detectors.
+// No BPF here: tests drive it with synthetic events.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/analysis/update_loop_detector.h"
+#include "agent/core/request_record.h"
+#include "agent/protocol/request_assembler.h"
+#include "exporters/prometheus_exporter.h"
+
+namespace stormwatch {
+
+// JWT decoding per request is the costliest step after capture; identities repeat, so decoded
+// ones are kept by a keyed hash of (authorization, user agent). Bounded, least recently used
+// first out. The token itself is never kept.
+class IdentityCache {
+ public:
+  explicit IdentityCache(size_t capacity = 4096) : capacity_(capacity) {}
+  Identity Resolve(std::string_view authorization, std::string_view user_agent);
+  uint64_t hits() const { return hits_; }
+  uint64_t misses() const { return misses_; }
+
+ private:
+  size_t capacity_;
+  std::list<std::pair<uint64_t, Identity>> lru_;
+  std::unordered_map<uint64_t, std::list<std::pair<uint64_t, Identity>>::iterator> index_;
+  uint64_t hits_ = 0, misses_ = 0;
+};
+
+// The `client` label: who an operator can act on.
+std::string ClientLabel(const Identity& identity);
+
+struct PipelineStats {
+  uint64_t events = 0;
+  uint64_t decode_errors = 0;
+  uint64_t requests = 0;
+};
+
+class RequestPipeline {
+ public:
+  using TransitionSink = std::function<void(const StormTransition&)>;
+
+  RequestPipeline(PrometheusExporter* exporter, UpdateLoopConfig update_loop,
+                  TransitionSink on_transition, AssemblerLimits limits = {});
+
+  // One ring-buffer record.
+  void OnEvent(std::span<const uint8_t> bytes);
+  // Once a second: expire stale requests, run detectors, publish loss counters.
+  void Tick(int64_t now_ns);
+  void ForgetProcess(uint32_t tgid) { assembler_.ForgetProcess(tgid); }
+
+  const PipelineStats& stats() const { return stats_; }
+  const RequestAssembler& assembler() const { return assembler_; }
+  const UpdateLoopDetector& update_loop() const { return update_loop_; }
+
+ private:
+  void OnRequest(RequestRecord& r);
+
+  PrometheusExporter* exporter_;
+  IdentityCache identities_;
+  RequestAssembler assembler_;
+  UpdateLoopDetector update_loop_;
+  TransitionSink on_transition_;
+  PipelineStats stats_;
+};
+
+}  // namespace stormwatch

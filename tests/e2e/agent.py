@@ -1,0 +1,160 @@
+"""Runs the stormwatch agent for end-to-end tests and reads what it exports.
+
+The agent is the real binary, attached with real uprobes: these tests need root (CI runs as
+root). Without root they fail, unless STORMWATCH_LOCAL_UNPRIVILEGED=1 says this is a local,
+unprivileged run, where they are skipped.
+"""
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+import unittest
+import urllib.request
+
+BUILD_DIR = os.environ.get(
+    "STORMWATCH_BUILD_DIR",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build"))
+AGENT_BINARY = os.path.join(BUILD_DIR, "stormwatch")
+
+
+def require_bpf_privileges(test_case):
+    """Fails (or, in an explicitly local unprivileged run, skips) without root."""
+    if os.geteuid() == 0:
+        return
+    if os.environ.get("STORMWATCH_LOCAL_UNPRIVILEGED") == "1" and not os.environ.get("CI"):
+        raise unittest.SkipTest("needs root for BPF (local unprivileged run)")
+    test_case.fail("BPF end-to-end tests need root; set STORMWATCH_LOCAL_UNPRIVILEGED=1 "
+                   "to skip them in a local unprivileged run")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_SERIES = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text):
+    """Prometheus text exposition -> list of (name, {labels}, value)."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SERIES.match(line)
+        if not m:
+            raise ValueError("unparseable metrics line: %r" % line)
+        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\")
+                  for k, v in _LABEL.findall(m.group(3) or "")}
+        out.append((m.group(1), labels, float(m.group(4))))
+    return out
+
+
+class Agent:
+    """The stormwatch agent as a child process: metrics over HTTP, alert lines on stdout."""
+
+    def __init__(self, workdir, extra_args=(), metrics_port=None):
+        self.workdir = workdir
+        self.metrics_port = metrics_port or free_port()
+        self.args = [AGENT_BINARY, "--metrics-address", "127.0.0.1:%d" % self.metrics_port,
+                     *extra_args]
+        self.proc = None
+        self.alerts = []          # parsed JSON alert lines, in order
+        self.alert_times = []     # time.monotonic() when each arrived
+        self.stdout_lines = []
+        self._lock = threading.Lock()
+        self.stderr_path = os.path.join(workdir, "agent-%d.stderr" % self.metrics_port)
+
+    def start(self):
+        self._stderr = open(self.stderr_path, "w")
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=self._stderr,
+                                     text=True, bufsize=1)
+        self._reader = threading.Thread(target=self._read_stdout, daemon=True)
+        self._reader.start()
+        return self
+
+    def _read_stdout(self):
+        for line in self.proc.stdout:
+            now = time.monotonic()
+            line = line.rstrip("\n")
+            with self._lock:
+                self.stdout_lines.append(line)
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(doc, dict) and "storm" in doc:
+                    self.alerts.append(doc)
+                    self.alert_times.append(now)
+
+    def stderr(self):
+        with open(self.stderr_path) as f:
+            return f.read()
+
+    def metrics(self):
+        url = "http://127.0.0.1:%d/metrics" % self.metrics_port
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return parse_metrics(r.read().decode())
+
+    def metric_value(self, name, **labels):
+        total = 0.0
+        for n, l, v in self.metrics():
+            if n == name and all(l.get(k) == val for k, val in labels.items()):
+                total += v
+        return total
+
+    def wait_attached(self, count=1, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("agent exited (%s): %s" % (self.proc.returncode, self.stderr()))
+            try:
+                if self.metric_value("stormwatch_targets_attached") >= count:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("agent did not attach to %d target(s) in %ss: %s"
+                             % (count, timeout, self.stderr()))
+
+    def wait_alert(self, predicate, timeout):
+        """First alert line matching predicate -> (doc, arrival monotonic time)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                for doc, t in zip(self.alerts, self.alert_times):
+                    if predicate(doc):
+                        return doc, t
+            if time.monotonic() > deadline:
+                return None, None
+            time.sleep(0.05)
+
+    def request_counts(self):
+        """stormwatch_requests_total as {(client, verb, group, version, resource, subresource,
+        scope, code): count}."""
+        counts = {}
+        for n, l, v in self.metrics():
+            if n == "stormwatch_requests_total":
+                key = tuple(l.get(k, "") for k in
+                            ("client", "verb", "group", "version", "resource", "subresource",
+                             "scope", "code"))
+                counts[key] = counts.get(key, 0) + int(v)
+        return counts
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc:
+            self._reader.join(timeout=5)
+            self._stderr.close()
+        return self.proc.returncode if self.proc else None
