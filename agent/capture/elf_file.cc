@@ -55,7 +55,8 @@ Result<ElfFile> ElfFile::Open(const std::string& path) {
   mapping->addr = mmap(nullptr, mapping->size, PROT_READ, MAP_PRIVATE, fd, 0);
   int err = errno;
   close(fd);
-  if (mapping->addr == MAP_FAILED) return ElfError(path, std::string("mmap: ") + std::strerror(err));
+  if (mapping->addr == MAP_FAILED)
+    return ElfError(path, std::string("mmap: ") + std::strerror(err));
 
   ElfFile elf;
   elf.path_ = path;
@@ -138,8 +139,7 @@ std::optional<std::span<const uint8_t>> ElfFile::BytesAt(uint64_t offset, uint64
   return bytes_.subspan(offset, size);
 }
 
-std::optional<std::span<const uint8_t>> ElfFile::BytesAtVaddr(uint64_t vaddr,
-                                                              uint64_t size) const {
+std::optional<std::span<const uint8_t>> ElfFile::BytesAtVaddr(uint64_t vaddr, uint64_t size) const {
   for (const ElfSegment& seg : segments_) {
     if (seg.type != PT_LOAD || vaddr < seg.vaddr) continue;
     uint64_t delta = vaddr - seg.vaddr;

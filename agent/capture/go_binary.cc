@@ -15,8 +15,8 @@ constexpr uint32_t kGo12Magic = 0xfffffffb;   // Go 1.2 - 1.15
 constexpr uint32_t kGo116Magic = 0xfffffffa;  // Go 1.16 - 1.17
 constexpr uint32_t kGo118Magic = 0xfffffff0;  // Go 1.18 - 1.19
 constexpr uint32_t kGo120Magic = 0xfffffff1;  // Go 1.20+
-constexpr size_t kPclnHeaderSize = 8;  // magic, two zero bytes, pc quantum, pointer size
-constexpr size_t kPtrSize = 8;         // amd64
+constexpr size_t kPclnHeaderSize = 8;         // magic, two zero bytes, pc quantum, pointer size
+constexpr size_t kPtrSize = 8;                // amd64
 
 // .go.buildinfo (Go's src/debug/buildinfo/buildinfo.go).
 constexpr std::string_view kBuildInfoMagic = "\xff Go buildinf:";
@@ -72,7 +72,7 @@ Result<std::vector<RawFunction>> ParsePclntab(std::span<const uint8_t> tab) {
   };
 
   uint64_t nfunc = word(0);
-  uint64_t text_start = 0;   // added to functab pcs; they are absolute before Go 1.18
+  uint64_t text_start = 0;       // added to functab pcs; they are absolute before Go 1.18
   size_t field_size = kPtrSize;  // functab entries and _func's first field (entry)
   std::optional<std::span<const uint8_t>> names, funcdata, functab;
   switch (*magic) {
@@ -112,8 +112,8 @@ Result<std::vector<RawFunction>> ParsePclntab(std::span<const uint8_t> tab) {
     auto func_offset = field(2 * i + 1);
     auto end = field(2 * i + 2);  // the next entry, or the table's end pc after the last pair
     if (!entry || !func_offset || !end) return Error{"pclntab function table truncated"};
-    if (*end < *entry) return Error{"pclntab function table not sorted at index " +
-                                    std::to_string(i)};
+    if (*end < *entry)
+      return Error{"pclntab function table not sorted at index " + std::to_string(i)};
     // _func starts with the entry (uintptr, uint32 since 1.18), then nameOff int32.
     auto name_offset = ReadUint(*funcdata, *func_offset + field_size, 4);
     if (!name_offset) return Error{"pclntab _func record outside the table"};
@@ -253,8 +253,8 @@ Result<GoBuildInfo> ParseGoModInfo(std::string_view go_version, std::string_view
       if (cols.size() != 3) return fail("expected 3 columns for a replacement");
       if (last == kNone) return fail("replacement with no module on the previous line");
       GoModule& replaced = last == kMain ? *info.main : info.deps[last];
-      replaced.replace = GoModuleVersion{std::string(cols[0]), std::string(cols[1]),
-                                         std::string(cols[2])};
+      replaced.replace =
+          GoModuleVersion{std::string(cols[0]), std::string(cols[1]), std::string(cols[2])};
       last = kNone;
     } else if (take("build\t")) {
       size_t eq = line.find('=');
@@ -398,8 +398,7 @@ Result<bool> GoBinary::ReadBuildInfo() {
   // Module info is framed by 16-byte sentinels; anything else means no module info.
   if (modinfo->size() >= 2 * kModInfoSentinelSize + 1 &&
       (*modinfo)[modinfo->size() - kModInfoSentinelSize - 1] == '\n') {
-    *modinfo = modinfo->substr(kModInfoSentinelSize,
-                               modinfo->size() - 2 * kModInfoSentinelSize);
+    *modinfo = modinfo->substr(kModInfoSentinelSize, modinfo->size() - 2 * kModInfoSentinelSize);
   } else {
     *modinfo = {};
   }

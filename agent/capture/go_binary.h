@@ -38,10 +38,10 @@ struct GoModule : GoModuleVersion {
 };
 
 struct GoBuildInfo {
-  std::string go_version;           // "go1.19.8"
-  std::string path;                 // main package path
-  std::optional<GoModule> main;     // absent for GOPATH-mode builds
-  std::vector<GoModule> deps;       // empty for GOPATH-mode builds
+  std::string go_version;                                     // "go1.19.8"
+  std::string path;                                           // main package path
+  std::optional<GoModule> main;                               // absent for GOPATH-mode builds
+  std::vector<GoModule> deps;                                 // empty for GOPATH-mode builds
   std::vector<std::pair<std::string, std::string>> settings;  // "build" lines, values verbatim
   // The main module or a dependency with this module path.
   const GoModule* FindModule(std::string_view module_path) const;

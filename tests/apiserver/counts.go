@@ -6,6 +6,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -27,9 +28,23 @@ type countKey struct {
 type requestCounts struct {
 	mu sync.Mutex
 	m  map[countKey]int64
+	// writers records, per protocol, the Go type of the ResponseWriter the server handed the
+	// handler: proof that HTTP/2 is served by golang.org/x/net/http2 (*http2.responseWriter),
+	// not by net/http's bundled copy (*http.http2responseWriter).
+	writers map[string]string
 }
 
-func newRequestCounts() *requestCounts { return &requestCounts{m: map[countKey]int64{}} }
+func newRequestCounts() *requestCounts {
+	return &requestCounts{m: map[countKey]int64{}, writers: map[string]string{}}
+}
+
+func (c *requestCounts) sawWriter(proto string, w http.ResponseWriter) {
+	c.mu.Lock()
+	if _, ok := c.writers[proto]; !ok {
+		c.writers[proto] = fmt.Sprintf("%T", w)
+	}
+	c.mu.Unlock()
+}
 
 func (c *requestCounts) add(k countKey) {
 	c.mu.Lock()
@@ -102,6 +117,13 @@ func newDebugMux(counts *requestCounts) http.Handler {
 	mux.HandleFunc("/debug/counts", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(counts.snapshot())
+	})
+	mux.HandleFunc("/debug/writers", func(w http.ResponseWriter, r *http.Request) {
+		counts.mu.Lock()
+		b, _ := json.Marshal(counts.writers)
+		counts.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(append(b, '\n'))
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

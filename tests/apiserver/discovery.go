@@ -262,8 +262,48 @@ func aggregatedDiscovery(core bool) map[string]interface{} {
 		"metadata": map[string]interface{}{}, "items": items}
 }
 
-// serveOpenAPI: this server publishes no OpenAPI documents; like an apiserver built without
-// them, both endpoints are 404s.
+// serveOpenAPI publishes an OpenAPI v2 document with no definitions, and no OpenAPI v3.
+//
+// kubectl needs /openapi/v2: with the default --validate it loads the v2 schema for client-side
+// validation and fails the command when the document cannot be fetched ("the server could not
+// find the requested resource"), so a server without it breaks `kubectl create -f`. It asks
+// for the protobuf form (gnostic openapi_v2.Document) and falls back to /swagger-2.0.0.pb-v1.
+// A document without definitions makes client-side validation a no-op (unknown kinds are not
+// validated) and leaves kubectl apply on its built-in strategic-merge metadata.
+// /openapi/v3 stays 404: kubectl then neither uses server-side field validation nor v3 schemas,
+// which this server does not implement. (A real 1.28 serves full documents at both.)
 func (s *apiServer) serveOpenAPI(w http.ResponseWriter, r *http.Request, p string) {
-	writeStatusError(w, r, errNotFoundPath)
+	if p != "/openapi/v2" {
+		writeStatusError(w, r, errNotFoundPath)
+		return
+	}
+	const title, version = "Kubernetes", "v1.28.7"
+	w.Header().Set("Etag", `"stormwatch-openapi-v2-empty"`)
+	w.Header().Set("Vary", "Accept")
+	if strings.Contains(r.Header.Get("Accept"), "protobuf") {
+		// openapi_v2.Document{swagger: "2.0" (field 1), info: Info{title (1), version (2)} (field 2)}
+		info := append(protoString(1, title), protoString(2, version)...)
+		doc := append(protoString(1, "2.0"), protoBytes(2, info)...)
+		writeRaw(w, r, http.StatusOK, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf", doc)
+		return
+	}
+	writeRaw(w, r, http.StatusOK, "application/json",
+		[]byte(`{"swagger":"2.0","info":{"title":"`+title+`","version":"`+version+`"},"paths":{}}`))
+}
+
+// protoBytes encodes a length-delimited protobuf field.
+func protoBytes(field int, b []byte) []byte {
+	out := protoVarint(nil, uint64(field<<3|2))
+	out = protoVarint(out, uint64(len(b)))
+	return append(out, b...)
+}
+
+func protoString(field int, s string) []byte { return protoBytes(field, []byte(s)) }
+
+func protoVarint(out []byte, v uint64) []byte {
+	for v >= 0x80 {
+		out = append(out, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(out, byte(v))
 }

@@ -72,6 +72,7 @@ func classifyAPF(r *http.Request, u *userInfo) apfSchema {
 // ---- entry point ----
 
 func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.counts.sawWriter(r.Proto, w)
 	info := parseRequestInfo(r)
 	rec := &statusRecorder{ResponseWriter: w}
 	h := w.Header()

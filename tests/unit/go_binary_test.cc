@@ -23,8 +23,7 @@ const std::string kGoOut = STORMWATCH_GO_OUT;
 const std::string kStripped = kGoOut + "/test-apiserver";
 const std::string kUnstripped = kGoOut + "/test-apiserver.unstripped";
 const std::string kEtcd = "/usr/bin/etcd";
-constexpr std::string_view kProcessHeaders =
-    "golang.org/x/net/http2.(*serverConn).processHeaders";
+constexpr std::string_view kProcessHeaders = "golang.org/x/net/http2.(*serverConn).processHeaders";
 constexpr std::string_view kHandlerDone = "golang.org/x/net/http2.(*responseWriter).handlerDone";
 
 std::string TempPath(const std::string& name) {
@@ -89,8 +88,8 @@ bool IsRetMnemonic(std::string_view insn) {
   }
   if (!insn.starts_with("ret")) return false;
   insn.remove_prefix(3);
-  return insn.empty() || insn[0] == ' ' || insn == "q" || insn.starts_with("q ") ||
-         insn == "w" || insn.starts_with("w ");
+  return insn.empty() || insn[0] == ' ' || insn == "q" || insn.starts_with("q ") || insn == "w" ||
+         insn.starts_with("w ");
 }
 
 // Addresses of the RET instructions objdump lists in [start, stop) (or the whole .text).
@@ -260,9 +259,10 @@ TEST(GoBinaryFixture, EveryTextSymbolFoundInStrippedPclntab) {
     EXPECT_TRUE(it->second.contains(sym.addr)) << sym.name << " at " << Hex(sym.addr);
   }
   EXPECT_EQ(compared, binary.functions().size());
-  printf("compared %zu text symbols of go tool nm with %zu pclntab functions (%zu not Go "
-         "functions: markers, C code)\n",
-         compared, binary.functions().size(), not_functions);
+  printf(
+      "compared %zu text symbols of go tool nm with %zu pclntab functions (%zu not Go "
+      "functions: markers, C code)\n",
+      compared, binary.functions().size(), not_functions);
 
   // Function bounds: sorted, contiguous, and each at least as large as nm's size.
   const auto& fns = binary.functions();
@@ -369,10 +369,10 @@ TEST(GoBinaryEtcd, StrippedReleaseBinary) {
   EXPECT_GT(etcd->functions().size(), 10000u);
   ExpectBuildInfoMatchesGoTool(*etcd, kEtcd);
 
-  for (std::string_view name :
-       {kProcessHeaders, kHandlerDone, std::string_view("go.etcd.io/etcd/etcdserver.(*EtcdServer).Range"),
-        std::string_view("net/http.(*http2serverConn).processHeaders"),
-        std::string_view("main.main")}) {
+  for (std::string_view name : {kProcessHeaders, kHandlerDone,
+                                std::string_view("go.etcd.io/etcd/etcdserver.(*EtcdServer).Range"),
+                                std::string_view("net/http.(*http2serverConn).processHeaders"),
+                                std::string_view("main.main")}) {
     auto fn = etcd->FindFunction(name);
     ASSERT_TRUE(fn) << name;
     EXPECT_LT(fn->entry, fn->end);
@@ -445,7 +445,7 @@ TEST(GoBinaryBuildInfo, ParsesModulesAndReplacements) {
 TEST(GoBinaryBuildInfo, RejectsMalformedModuleLines) {
   EXPECT_FALSE(ParseGoModInfo("go1.19", "dep\tonly-path\n").ok());
   EXPECT_FALSE(ParseGoModInfo("go1.19", "dep\ta\tb\tc\td\n").ok());
-  EXPECT_FALSE(ParseGoModInfo("go1.19", "=>\ta\tv1\th1:x\n").ok());  // nothing to replace
+  EXPECT_FALSE(ParseGoModInfo("go1.19", "=>\ta\tv1\th1:x\n").ok());        // nothing to replace
   EXPECT_FALSE(ParseGoModInfo("go1.19", "dep\ta\tv1\n=>\ta\tv2\n").ok());  // 2 columns
   EXPECT_FALSE(ParseGoModInfo("go1.19", "build\tnoequals\n").ok());
   auto empty = ParseGoModInfo("go1.19", "");
@@ -634,7 +634,8 @@ TEST_P(GoBinarySynthetic, ReadsFunctionsBuildInfoAndReturns) {
   EXPECT_EQ(*rets_one, std::vector<uint64_t>{kTextOffset + 3});
   auto rets_two = binary->ReturnInstructionOffsets(*two);
   ASSERT_TRUE(rets_two.ok()) << rets_two.error();
-  EXPECT_EQ(*rets_two, (std::vector<uint64_t>{kTextOffset + 4, kTextOffset + 6}));  // rep ret, ret 8
+  EXPECT_EQ(*rets_two,
+            (std::vector<uint64_t>{kTextOffset + 4, kTextOffset + 6}));  // rep ret, ret 8
 
   const GoBuildInfo& info = binary->build_info();
   EXPECT_EQ(info.go_version, "go1.99.1");
@@ -726,7 +727,8 @@ TEST(GoBinarySyntheticErrors, CorruptTablesAreErrors) {
     image.bytes() = SyntheticGoBinary(0xfffffff0u, false, kModInfo);
     if (std::string_view(c.what) == "name without NUL") {
       // main.two's name runs into the end of the table's segment.
-      for (uint64_t i = kTabOffset + 0xff0; i < kTabOffset + 0x1000; ++i) image.Put<uint8_t>(i, 'a');
+      for (uint64_t i = kTabOffset + 0xff0; i < kTabOffset + 0x1000; ++i)
+        image.Put<uint8_t>(i, 'a');
     }
     for (int i = 0; i < c.size; ++i) image.Put<uint8_t>(c.offset + i, (c.value >> (8 * i)) & 0xff);
     WriteFile(path, image.bytes());
@@ -745,6 +747,7 @@ TEST(GoBinaryFixture, TruncatedOrCorruptCopiesAreErrors) {
   auto elf = ElfFile::Open(kStripped);
   ASSERT_TRUE(elf.ok()) << elf.error();
   const ElfSection* pcln = elf->FindSection(".gopclntab");
+  if (!pcln) pcln = elf->FindSection(".data.rel.ro.gopclntab");  // PIE
   const ElfSection* buildinfo = elf->FindSection(".go.buildinfo");
   ASSERT_TRUE(pcln && buildinfo);
   std::string path = TempPath("real");

@@ -46,9 +46,10 @@ const ApiCase kApiCases[] = {
      {"pods", "foo"}},
     {"GET", "/api/v1/namespaces/other/pods", "list", "api", "", "v1", "other", "pods", "", "",
      {"pods"}},
-    // (present in the older upstream table)
-    {"PATCH", "/api/v1/namespaces/new-namespace", "patch", "api", "", "v1", "", "namespaces", "",
-     "new-namespace", {"namespaces", "new-namespace"}},
+    // A 2020 upstream table (kubernetes#94656) expected namespace "" here; that special case
+    // was reverted and current requestinfo.go sets the namespace, as every other GET/PUT does.
+    {"PATCH", "/api/v1/namespaces/new-namespace", "patch", "api", "", "v1", "new-namespace",
+     "namespaces", "", "new-namespace", {"namespaces", "new-namespace"}},
 
     // special verbs
     {"GET", "/api/v1/proxy/namespaces/other/pods/foo", "proxy", "api", "", "v1", "other", "pods",
@@ -239,8 +240,12 @@ void CheckSelectorCase(const SelectorCase& c) {
   RequestInfo info = ParseRequestInfo(c.method, c.url);
   EXPECT_EQ(info.name, c.expected_name);
   EXPECT_EQ(info.verb, c.verb);
-  if (c.field_selector) EXPECT_EQ(info.field_selector, c.field_selector);
-  if (c.label_selector) EXPECT_EQ(info.label_selector, c.label_selector);
+  if (c.field_selector) {
+    EXPECT_EQ(info.field_selector, c.field_selector);
+  }
+  if (c.label_selector) {
+    EXPECT_EQ(info.label_selector, c.label_selector);
+  }
 }
 
 TEST(RequestInfoTest, TestFieldSelectorParsing) {

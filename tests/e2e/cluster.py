@@ -1,0 +1,329 @@
+"""A throw-away control plane for end-to-end tests: real etcd + stormwatch's test apiserver.
+
+    with Cluster() as c:
+        tok = c.mint_token("default", "datajob-operator")
+        kc = c.kubeconfig(tok)
+        c.kubectl("get", "pods", kubeconfig=kc)
+        c.server_counts()
+
+Everything lives in a fresh temporary directory: a CA and certificates made with the openssl
+CLI (etcd serving, apiserver-to-etcd client, apiserver serving with SAN 127.0.0.1/localhost),
+the service-account signing key, etcd's data dir, logs, tokens and kubeconfigs. Every listener
+binds to 127.0.0.1. The apiserver binary is copied to TMP/bin/kube-apiserver because the agent
+finds its targets by process name. Processes started here are stopped by their pid in stop(),
+which also runs when start-up fails.
+
+Python 3 standard library only; run with Debian's /usr/bin/python3.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+KUBECTL = "/usr/bin/kubectl"
+ETCD = "/usr/bin/etcd"
+
+
+def resolve_kubectl():
+    """The kubectl binary to run: $STORMWATCH_KUBECTL, else /usr/bin/kubectl.
+
+    On these machines /usr/bin/kubectl is the Google Cloud SDK's *dispatcher*
+    ("v1.32.4-dispatcher"): before every command it sends its own GET /version with the same
+    credentials, then execs kubectl.1.NN matching the server's minor version (1.28 here). That
+    extra request is invisible in kubectl's -v logs and would skew exact per-identity counts,
+    so when the dispatcher is found its kubectl.1.32 sibling is used directly (the client
+    version the tests are written for).
+    """
+    env = os.environ.get("STORMWATCH_KUBECTL")
+    if env:
+        return env
+    real = os.path.realpath(KUBECTL)
+    pinned = os.path.join(os.path.dirname(real), "kubectl.1.32")
+    if os.path.exists(pinned):
+        try:
+            out = subprocess.run([KUBECTL, "version", "--client"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        if "dispatcher" in out:
+            return pinned
+    return KUBECTL
+
+
+def default_go_out():
+    return os.environ.get("STORMWATCH_GO_OUT", "/work/main/build/go")
+
+
+def free_port():
+    """A free loopback TCP port (the usual bind-to-0 trick; the tiny race is acceptable)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+class Cluster:
+    def __init__(self, apiserver_bin=None, operator_bin=None, keep_tmp=None):
+        go_out = default_go_out()
+        self.apiserver_src = apiserver_bin or os.path.join(go_out, "test-apiserver")
+        self.kubectl_bin = resolve_kubectl()
+        self.operator_bin = operator_bin or os.path.join(go_out, "runaway-operator")
+        if keep_tmp is None:
+            keep_tmp = os.environ.get("STORMWATCH_KEEP_TMP") == "1"
+        self.keep_tmp = keep_tmp
+        self.tmp = None
+        self.procs = []  # every Popen started here, stopped in reverse order
+        self.etcd = None
+        self.apiserver = None
+        self.apiserver_pid = None
+        self.base_url = None
+        self.debug_url = None
+        self.ca_file = None
+        self.etcd_url = None
+
+    # ---- lifecycle ----
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def start(self):
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self):
+        for path in (self.apiserver_src, ETCD, self.kubectl_bin):
+            if not os.path.exists(path):
+                raise ClusterError(f"missing {path} (build with cmake, or set STORMWATCH_GO_OUT)")
+        self.tmp = tempfile.mkdtemp(prefix="stormwatch-e2e-")
+        for d in ("pki", "bin", "tokens", "kubeconfigs", "logs", "kubecache", "home"):
+            os.makedirs(os.path.join(self.tmp, d))
+        self._make_pki()
+        self._start_etcd()
+        self._start_apiserver()
+
+    def stop(self):
+        """Stops every process started here (by pid), then removes the temp dir."""
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.time() + 5
+        for p in reversed(self.procs):
+            try:
+                p.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for p in self.procs:
+            for f in (p.stdout, p.stderr):
+                if f:
+                    f.close()
+        self.procs = []
+        if self.tmp and not self.keep_tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+    def _spawn(self, argv, log_name, **kw):
+        log = open(self._path("logs", log_name), "wb")
+        p = subprocess.Popen(argv, stdout=kw.pop("stdout", log), stderr=log, stdin=subprocess.DEVNULL, **kw)
+        log.close()  # the child holds its own descriptor
+        self.procs.append(p)
+        return p
+
+    def log(self, name):
+        """Contents of one of the logs (etcd.log, apiserver.log, ...), for failure messages."""
+        try:
+            with open(self._path("logs", name), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    # ---- PKI (openssl CLI) ----
+
+    def _openssl(self, *args):
+        subprocess.run(["openssl", *args], check=True, cwd=self._path("pki"),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def _issue(self, name, cn, ext_lines):
+        ext = self._path("pki", f"{name}.ext")
+        with open(ext, "w") as f:
+            f.write("\n".join(ext_lines) + "\n")
+        self._openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+                      "-out", f"{name}.csr", "-subj", f"/CN={cn}")
+        self._openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                      "-CAcreateserial", "-days", "2", "-sha256", "-out", f"{name}.crt", "-extfile", ext)
+
+    def _make_pki(self):
+        self._openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+                      "-days", "2", "-sha256", "-subj", "/CN=stormwatch-test-ca",
+                      "-addext", "basicConstraints=critical,CA:TRUE",
+                      "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        server = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment",
+                  "extendedKeyUsage=serverAuth,clientAuth", "subjectAltName=IP:127.0.0.1,DNS:localhost"]
+        client = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment",
+                  "extendedKeyUsage=clientAuth"]
+        self._issue("etcd-server", "etcd", server)
+        self._issue("apiserver-etcd-client", "kube-apiserver-etcd-client", client)
+        self._issue("apiserver", "kube-apiserver", server)
+        self._openssl("genrsa", "-out", "sa.key", "2048")
+        self.ca_file = self._path("pki", "ca.crt")
+        self.sa_key = self._path("pki", "sa.key")
+
+    # ---- etcd ----
+
+    def _start_etcd(self):
+        cport, pport = free_port(), free_port()
+        self.etcd_url = f"https://127.0.0.1:{cport}"
+        peer = f"http://127.0.0.1:{pport}"
+        pki = self._path("pki")
+        self.etcd = self._spawn([
+            ETCD, "--name", "stormwatch-test",
+            "--data-dir", self._path("etcd-data"),
+            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"stormwatch-test={peer}", "--initial-cluster-state", "new",
+            "--cert-file", f"{pki}/etcd-server.crt", "--key-file", f"{pki}/etcd-server.key",
+            "--trusted-ca-file", f"{pki}/ca.crt", "--client-cert-auth",
+            "--logger", "zap", "--log-outputs", "stderr",
+        ], "etcd.log")
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        ctx.load_cert_chain(f"{pki}/apiserver-etcd-client.crt", f"{pki}/apiserver-etcd-client.key")
+        self._wait_until(lambda: self._http_ok(self.etcd_url + "/health", ctx), self.etcd, "etcd.log", "etcd")
+
+    # ---- apiserver ----
+
+    def _start_apiserver(self):
+        binary = self._path("bin", "kube-apiserver")
+        shutil.copy2(self.apiserver_src, binary)
+        port, dport = free_port(), free_port()
+        self.base_url = f"https://127.0.0.1:{port}"
+        self.debug_url = f"http://127.0.0.1:{dport}"
+        pki = self._path("pki")
+        self.apiserver = self._spawn([
+            binary,
+            "--listen", f"127.0.0.1:{port}",
+            "--tls-cert", f"{pki}/apiserver.crt", "--tls-key", f"{pki}/apiserver.key",
+            "--etcd-endpoints", self.etcd_url, "--etcd-cafile", f"{pki}/ca.crt",
+            "--etcd-certfile", f"{pki}/apiserver-etcd-client.crt",
+            "--etcd-keyfile", f"{pki}/apiserver-etcd-client.key",
+            "--sa-signing-key", self.sa_key,
+            "--debug-listen", f"127.0.0.1:{dport}",
+        ], "apiserver.log")
+        self.apiserver_pid = self.apiserver.pid
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        # Ready = the debug listener answers and the secure port completes a TLS handshake.
+        self._wait_until(lambda: self._http_ok(self.debug_url + "/healthz") and self._tls_ok(port, ctx),
+                         self.apiserver, "apiserver.log", "test apiserver")
+
+    @staticmethod
+    def _http_ok(url, ctx=None):
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    @staticmethod
+    def _tls_ok(port, ctx):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                with ctx.wrap_socket(s, server_hostname="127.0.0.1"):
+                    return True
+        except (OSError, ssl.SSLError):
+            return False
+
+    def _wait_until(self, ready, proc, log_name, what, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                raise ClusterError(f"{what} exited with {proc.returncode}:\n{self.log(log_name)[-4000:]}")
+            if ready():
+                return
+            time.sleep(0.1)
+        raise ClusterError(f"{what} not ready after {timeout}s:\n{self.log(log_name)[-4000:]}")
+
+    # ---- clients ----
+
+    def mint_token(self, ns, sa, pod=None, expiration="1h"):
+        """Mints a bound service-account token; returns the path of a 0600 file holding it."""
+        argv = [self.apiserver_src, "mint-token", "--sa-signing-key", self.sa_key,
+                "--namespace", ns, "--serviceaccount", sa, "--expiration", expiration]
+        if pod:
+            argv += ["--pod", pod]
+        tok = subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
+        path = self._path("tokens", f"{ns}_{sa}" + (f"_{pod}" if pod else "") + ".token")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(tok)
+        return path
+
+    def kubeconfig(self, token_file):
+        """A kubeconfig for the server that authenticates with token_file (client-go's tokenFile)."""
+        name = os.path.basename(token_file).rsplit(".", 1)[0]
+        path = self._path("kubeconfigs", name + ".yaml")
+        # JSON is YAML: no YAML library needed.
+        cfg = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": self.base_url, "certificate-authority": self.ca_file}}],
+            "users": [{"name": name, "user": {"tokenFile": token_file}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": name, "namespace": "default"}}],
+        }
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=2)
+        return path
+
+    def kubectl(self, *args, kubeconfig, input=None, timeout=60, check=False):
+        """Runs the real kubectl (see resolve_kubectl). Each kubeconfig gets its own discovery cache dir, so the
+        requests one identity makes do not depend on what another identity did before."""
+        cache = self._path("kubecache", os.path.basename(kubeconfig))
+        env = dict(os.environ, HOME=self._path("home"), KUBECONFIG=kubeconfig)
+        return subprocess.run([self.kubectl_bin, "--kubeconfig", kubeconfig, "--cache-dir", cache, *args],
+                              input=input, capture_output=True, text=True, timeout=timeout, env=env, check=check)
+
+    def server_counts(self):
+        """The server's request counts: a list of dicts (client, verb, group, version, resource,
+        subresource, scope, code, proto, count)."""
+        with urllib.request.urlopen(self.debug_url + "/debug/counts", timeout=5) as r:
+            return json.load(r)
+
+    def server_writers(self):
+        """Go type of the ResponseWriter per protocol ({"HTTP/2.0": "*http2.responseWriter", ...})."""
+        with urllib.request.urlopen(self.debug_url + "/debug/writers", timeout=5) as r:
+            return json.load(r)
+
+    def run_operator(self, token_file, names, duration, wait_file=None, namespace="default",
+                     max_writes=None, extra_args=()):
+        """Starts the runaway operator; returns its Popen (stdout = its JSON summary line)."""
+        argv = [self.operator_bin, "--server", self.base_url, "--ca", self.ca_file,
+                "--token-file", token_file, "--namespace", namespace,
+                "--names", ",".join(names) if not isinstance(names, str) else names,
+                "--duration", duration if isinstance(duration, str) else f"{duration}s"]
+        if wait_file:
+            argv += ["--wait-file", wait_file]
+        if max_writes is not None:
+            argv += ["--max-writes", str(max_writes)]
+        argv += list(extra_args)
+        return self._spawn(argv, f"operator-{len(self.procs)}.log", stdout=subprocess.PIPE)

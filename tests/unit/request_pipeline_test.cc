@@ -1,0 +1,171 @@
+// The pipeline from ring-buffer bytes to metrics and alert transitions, with synthetic events
+// and an injected clock: what the agent does with what BPF hands it.
+#include <gtest/gtest.h>
+#include <prometheus/text_serializer.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "agent/pipeline/request_pipeline.h"
+#include "bpf/events.h"
+#include "exporters/alert_log.h"
+
+namespace stormwatch {
+namespace {
+
+constexpr int64_t kSec = 1000000000;
+
+std::string Base64Url(std::string_view in) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out += k[(v >> s) & 63];
+  }
+  if (in.size() - i == 1) {
+    uint32_t v = uint8_t(in[i]) << 16;
+    out += k[(v >> 18) & 63];
+    out += k[(v >> 12) & 63];
+  } else if (in.size() - i == 2) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+    for (int s = 18; s >= 6; s -= 6) out += k[(v >> s) & 63];
+  }
+  return out;
+}
+
+std::string ServiceAccountToken(const std::string& ns, const std::string& sa, const std::string& pod) {
+  nlohmann::json claims = {
+      {"iss", "https://kubernetes.default.svc.cluster.local"},
+      {"sub", "system:serviceaccount:" + ns + ":" + sa},
+      {"kubernetes.io",
+       {{"namespace", ns}, {"pod", {{"name", pod}, {"uid", "p-1"}}},
+        {"serviceaccount", {{"name", sa}, {"uid", "s-1"}}}}}};
+  return Base64Url(R"({"alg":"RS256","kid":"k"})") + "." + Base64Url(claims.dump()) + ".c2lnbmF0dXJl";
+}
+
+std::vector<uint8_t> RequestEvent(uint64_t conn, uint32_t stream, int64_t ts,
+                                  std::vector<std::pair<std::string, std::string>> fields) {
+  std::vector<uint8_t> data;
+  for (const auto& [n, v] : fields) {
+    uint16_t lens[2] = {uint16_t(n.size()), uint16_t(v.size())};
+    data.insert(data.end(), (uint8_t*)lens, (uint8_t*)lens + 4);
+    data.insert(data.end(), n.begin(), n.end());
+    data.insert(data.end(), v.begin(), v.end());
+  }
+  sw_h2_request fixed{};
+  fixed.hdr = {SW_EV_H2_REQUEST, 42, uint64_t(ts), conn, stream, 0};
+  fixed.field_count = fixed.fields_kept = fields.size();
+  fixed.data_len = data.size();
+  std::vector<uint8_t> out(offsetof(sw_h2_request, data));
+  std::memcpy(out.data(), &fixed, out.size());
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+std::vector<uint8_t> ResponseEvent(uint64_t conn, uint32_t stream, int64_t ts, int64_t status) {
+  sw_h2_response r{};
+  r.hdr = {SW_EV_H2_RESPONSE, 42, uint64_t(ts), conn, stream, 0};
+  r.status = status;
+  r.wrote_bytes = 512;
+  std::vector<uint8_t> out(sizeof(r));
+  std::memcpy(out.data(), &r, sizeof(r));
+  return out;
+}
+
+std::string Metrics(const PrometheusExporter& e) {
+  return prometheus::TextSerializer().Serialize(e.registry()->Collect());
+}
+
+class PipelineTest : public ::testing::Test {
+ protected:
+  PrometheusExporter exporter_;
+  std::vector<StormTransition> transitions_;
+  RequestPipeline pipeline_{&exporter_, UpdateLoopConfig{},
+                            [this](const StormTransition& t) { transitions_.push_back(t); }};
+  uint32_t stream_ = 1;
+
+  void Request(const std::string& token, const std::string& method, const std::string& path,
+               int64_t ts, int64_t status, const std::string& ua) {
+    uint32_t s = stream_;
+    stream_ += 2;
+    pipeline_.OnEvent(RequestEvent(0xc0001, s, ts,
+                                   {{":method", method}, {":scheme", "https"}, {":path", path},
+                                    {"authorization", "Bearer " + token}, {"user-agent", ua}}));
+    pipeline_.OnEvent(ResponseEvent(0xc0001, s, ts + 1000000, status));
+  }
+};
+
+TEST_F(PipelineTest, CountsWithApiserverLabelsAndNamesTheLoop) {
+  std::string operator_token = ServiceAccountToken("datajobs-system", "datajob-operator", "op-7d9f");
+  std::string human_token = ServiceAccountToken("default", "ops-engineer", "");
+  const std::string obj = "/apis/batch.company.com/v1/namespaces/etl/datajobs/nightly";
+  // 200 writes/s (plus a GET each) for 5 s from the operator; a person lists now and then.
+  int64_t t0 = 100 * kSec;
+  for (int i = 0; i < 1000; ++i) {
+    int64_t ts = t0 + i * (kSec / 200);
+    Request(operator_token, "GET", obj, ts, 200, "datajob-operator/v1.4.2");
+    Request(operator_token, "PUT", obj, ts + 100, i % 10 == 0 ? 409 : 200, "datajob-operator/v1.4.2");
+    if (i % 100 == 0) {
+      Request(human_token, "GET", "/apis/batch.company.com/v1/namespaces/etl/datajobs?limit=500",
+              ts, 200, "kubectl/v1.32.4");
+    }
+    if (i % 200 == 199) pipeline_.Tick(ts);
+  }
+  pipeline_.Tick(t0 + 5 * kSec + kSec / 2);
+
+  std::string m = Metrics(exporter_);
+  EXPECT_NE(m.find(R"(stormwatch_requests_total{client="system:serviceaccount:datajobs-system:datajob-operator",code="200",group="batch.company.com",resource="datajobs",scope="resource",subresource="",verb="PUT",version="v1"} 900)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_requests_total{client="system:serviceaccount:datajobs-system:datajob-operator",code="409",group="batch.company.com",resource="datajobs",scope="resource",subresource="",verb="PUT",version="v1"} 100)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_requests_total{client="system:serviceaccount:datajobs-system:datajob-operator",code="200",group="batch.company.com",resource="datajobs",scope="resource",subresource="",verb="GET",version="v1"} 1000)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_requests_total{client="system:serviceaccount:default:ops-engineer",code="200",group="batch.company.com",resource="datajobs",scope="namespace",subresource="",verb="LIST",version="v1"} 10)"), std::string::npos) << m;
+  // No token, no claim payload anywhere in what is exported.
+  EXPECT_EQ(m.find(operator_token.substr(0, 20)), std::string::npos);
+
+  ASSERT_EQ(transitions_.size(), 1u);
+  const StormTransition& t = transitions_[0];
+  EXPECT_EQ(t.state, StormState::kFiring);
+  EXPECT_EQ(t.evidence.identity.user, "system:serviceaccount:datajobs-system:datajob-operator");
+  EXPECT_EQ(t.evidence.identity.pod_name, "op-7d9f");
+  EXPECT_EQ(t.evidence.resource, "datajobs");
+  ASSERT_FALSE(t.evidence.top_objects.empty());
+  EXPECT_EQ(t.evidence.top_objects[0].name, "nightly");
+  EXPECT_NE(m.find(R"(stormwatch_storm_active{client="system:serviceaccount:datajobs-system:datajob-operator",group="batch.company.com",resource="datajobs",storm="update_loop"} 1)"), std::string::npos) << m;
+
+  // The alert line carries identity, evidence and fix, and no credential.
+  auto doc = nlohmann::json::parse(FormatAlertJson(t, 0));
+  EXPECT_EQ(doc["storm"], "update_loop");
+  EXPECT_EQ(doc["state"], "firing");
+  EXPECT_EQ(doc["identity"]["service_account"]["name"], "datajob-operator");
+  EXPECT_EQ(doc["identity"]["pod"], "op-7d9f");
+  EXPECT_EQ(doc["identity"]["user_agent"], "datajob-operator/v1.4.2");
+  EXPECT_EQ(doc["evidence"]["top_objects"][0]["name"], "nightly");
+  EXPECT_EQ(doc["evidence"]["top_objects"][0]["namespace"], "etl");
+  EXPECT_GE(doc["evidence"]["resource_writes_per_second"].get<double>(), 150.0);
+  EXPECT_NE(doc["fix"].get<std::string>().find("GenerationChangedPredicate"), std::string::npos);
+  EXPECT_EQ(doc.dump().find(operator_token.substr(0, 20)), std::string::npos);
+
+  // Quiet again: resolves after the resolve window, not before.
+  int64_t end = t0 + 5 * kSec;
+  pipeline_.Tick(end + 5 * kSec);
+  EXPECT_EQ(transitions_.size(), 1u);
+  pipeline_.Tick(end + 12 * kSec);
+  ASSERT_EQ(transitions_.size(), 2u);
+  EXPECT_EQ(transitions_[1].state, StormState::kResolved);
+  EXPECT_NE(Metrics(exporter_).find(R"(storm="update_loop"} 0)"), std::string::npos);
+}
+
+TEST_F(PipelineTest, UndecodableEventsAreCountedNotFatal) {
+  std::vector<uint8_t> junk = {1, 2, 3};
+  pipeline_.OnEvent(junk);
+  std::vector<uint8_t> bad_type(sizeof(sw_event_header), 0xff);
+  pipeline_.OnEvent(bad_type);
+  pipeline_.OnEvent(ResponseEvent(9, 9, 1, 200));  // no request seen
+  pipeline_.Tick(2 * kSec);
+  std::string m = Metrics(exporter_);
+  EXPECT_NE(m.find(R"(stormwatch_capture_lost_total{cause="undecodable_event"} 2)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_capture_lost_total{cause="response_without_request"} 1)"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace stormwatch
