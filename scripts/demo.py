@@ -50,6 +50,7 @@ def main():
         human = c.kubeconfig(c.mint_token("default", "ops-engineer"))
         op_token = c.mint_token("datajobs-system", "datajob-operator",
                                 pod="datajob-operator-6f7c9d5b8-xk2lp")
+        c.kubectl("create", "namespace", "etl", kubeconfig=human, check=True)
         for name in ("nightly-etl", "hourly-sync"):
             c.kubectl("create", "-f", "-", input=DATAJOB % name, kubeconfig=human, check=True)
 

@@ -40,6 +40,7 @@ BUILD_PKGS=(
 TEST_PKGS=(
   etcd-server etcd-client    # real etcd (stripped Go binary) + etcdctl
   golang-go golang-golang-x-net-dev golang-etcd-server-dev  # test API server, GOPATH mode
+  golang-k8s-sigs-yaml-dev   # test API server: YAML bodies and apply patches (also an etcd-dev dep)
   nghttp2-client curl        # h2load, real HTTP/2 clients
   python3-kubernetes         # the seed-002 client (HTTP/1.1)
   openssl jq procps iproute2 binutils

@@ -175,9 +175,9 @@ UpdateLoopDetector::UpdateLoopDetector(UpdateLoopConfig config) : config_(std::m
   // +1: the bucket in progress occupies a slot besides the complete ones we look at.
   object_ring_ =
       static_cast<size_t>(std::max(config_.object_sustain_s, config_.evidence_window_s)) + 1;
-  resource_ring_ = static_cast<size_t>(std::max(
-                       {config_.resource_sustain_s, config_.resolve_s,
-                        config_.evidence_window_s})) + 1;
+  resource_ring_ = static_cast<size_t>(std::max({config_.resource_sustain_s, config_.resolve_s,
+                                                 config_.evidence_window_s})) +
+                   1;
 }
 
 UpdateLoopDetector::~UpdateLoopDetector() = default;
@@ -235,8 +235,8 @@ void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
 
   // Identity = user + pod: replicas of one service account are told apart by their pod.
   std::string resource_key;
-  resource_key.reserve(r.identity.user.size() + r.identity.pod_name.size() +
-                       info.api_group.size() + info.resource.size() + 4);
+  resource_key.reserve(r.identity.user.size() + r.identity.pod_name.size() + info.api_group.size() +
+                       info.resource.size() + 4);
   resource_key.append(r.identity.user).push_back(kSep);
   resource_key.append(r.identity.pod_name).push_back(kSep);
   resource_key.append(info.api_group).push_back(kSep);
@@ -268,17 +268,16 @@ void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   rb->codes.Add(r.status);
 }
 
-UpdateLoopEvidence UpdateLoopDetector::BuildEvidence(const ResourceEntry& res,
-                                                     int64_t last_bucket,
+UpdateLoopEvidence UpdateLoopDetector::BuildEvidence(const ResourceEntry& res, int64_t last_bucket,
                                                      std::vector<TopObject> top) const {
   UpdateLoopEvidence ev;
   ev.identity = res.identity;
   ev.api_group = res.api_group;
   ev.resource = res.resource;
   ev.first_seen_ns = res.first_seen_ns;
-  if (!top.empty() &&
-      std::all_of(top.begin(), top.end(),
-                  [&](const TopObject& t) { return t.namespace_ == top.front().namespace_; })) {
+  if (!top.empty() && std::all_of(top.begin(), top.end(), [&](const TopObject& t) {
+        return t.namespace_ == top.front().namespace_;
+      })) {
     ev.namespace_ = top.front().namespace_;
   }
   ev.top_objects = std::move(top);
@@ -330,9 +329,8 @@ std::vector<StormTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
     auto rit = resource_index_.find(o.resource_key);
     if (rit == resource_index_.end()) continue;  // its resource key was evicted
     Aggregate& agg = aggregates[&*rit->second];
-    int run = o.counts.TrailingRun(last, object_limit, [&](uint32_t c) {
-      return c >= config_.object_rate;
-    });
+    int run = o.counts.TrailingRun(last, object_limit,
+                                   [&](uint32_t c) { return c >= config_.object_rate; });
     if (run >= config_.object_sustain_s) {
       agg.object_rule = true;
       agg.object_since = std::min(agg.object_since, last - run + 1);

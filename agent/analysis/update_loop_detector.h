@@ -16,8 +16,6 @@
 
 #include <cstdint>
 #include <list>
-#include <memory>
-#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,7 +35,7 @@ struct UpdateLoopConfig {
   double object_rate = 5.0;  // writes/s on one object
   int object_sustain_s = 10;
   double resource_rate = 100.0;  // writes/s on one resource, all objects
-  int resource_sustain_s = 5;
+  int resource_sustain_s = 3;  // short: a client at 100+ writes/s must be named in seconds
   int resolve_s = 10;            // calm seconds before Resolved
   int evidence_window_s = 10;    // reported rates average over this (or since first seen)
   size_t max_objects = 10'000;   // tracked (identity, resource, object) keys
@@ -66,12 +64,12 @@ struct CodeCount {
 // What an alert or gauge needs about one storm.
 struct UpdateLoopEvidence {
   std::string storm = kUpdateLoopStorm;
-  Identity identity;        // last seen for this key (user agent may vary)
+  Identity identity;  // last seen for this key (user agent may vary)
   std::string api_group;
   std::string resource;
-  std::string namespace_;   // of the top objects when they share one, else ""
-  std::string rule;         // "object" and/or "resource": what made it fire ("object,resource")
-  std::vector<TopObject> top_objects;  // highest rate first, at most top_objects
+  std::string namespace_;  // of the top objects when they share one, else ""
+  std::string rule;        // "object" and/or "resource": what made it fire ("object,resource")
+  std::vector<TopObject> top_objects;     // highest rate first, at most top_objects
   double resource_writes_per_second = 0;  // over the evidence window
   std::vector<CodeCount> codes;           // in the evidence window, by code
   int64_t first_seen_ns = 0;  // first write of this identity on this resource we still track

@@ -66,6 +66,8 @@ class GoBinary {
 
   // Every function of the pclntab, sorted by entry.
   const std::vector<GoFunction>& functions() const { return functions_; }
+  // By exact pclntab name. A few names repeat (an assembly function's ABI0 wrapper; generic
+  // instantiations, whose type arguments the pclntab shortens to "[...]"): the lowest entry wins.
   std::optional<GoFunction> FindFunction(std::string_view name) const;
   Result<std::vector<uint64_t>> ReturnInstructionOffsets(const GoFunction& fn) const;
 

@@ -5,11 +5,10 @@
 #include <array>
 #include <cctype>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace stormwatch {
 namespace {
@@ -106,14 +105,20 @@ int JsonDepth(std::string_view s) {
   bool in_string = false, escaped = false;
   for (char c : s) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
-    else if (c == '{' || c == '[') max_depth = std::max(max_depth, ++depth);
-    else if (c == '}' || c == ']') --depth;
+    if (c == '"')
+      in_string = true;
+    else if (c == '{' || c == '[')
+      max_depth = std::max(max_depth, ++depth);
+    else if (c == '}' || c == ']')
+      --depth;
     if (max_depth > kMaxJsonDepth) break;
   }
   return max_depth;
@@ -150,8 +155,8 @@ std::optional<std::string> StringClaim(const Json& obj, std::string_view key, st
   return it->get_ref<const std::string&>();
 }
 
-Identity ServiceAccount(std::string_view credential, const std::string& ns,
-                        const std::string& name, const std::string& pod, std::string reason) {
+Identity ServiceAccount(std::string_view credential, const std::string& ns, const std::string& name,
+                        const std::string& pod, std::string reason) {
   if (!IsObjectName(ns) || !IsObjectName(name) || (!pod.empty() && !IsObjectName(pod))) {
     return Unknown(credential, "service-account claims hold invalid names");
   }
@@ -281,12 +286,12 @@ Identity FromAuthorization(std::string_view authorization) {
   size_t space = auth.find(' ');
   std::string_view scheme = auth.substr(0, space);
   if (!EqualsIgnoreCase(scheme, "bearer")) {
-    std::string shown = scheme.size() <= 16 && IsPrintableName(scheme)
-                            ? std::string(scheme) : std::string("?");
+    std::string shown =
+        scheme.size() <= 16 && IsPrintableName(scheme) ? std::string(scheme) : std::string("?");
     return Unknown(auth, "authorization scheme " + shown + " is not Bearer");
   }
-  std::string_view rest = space == std::string_view::npos ? std::string_view()
-                                                          : auth.substr(space + 1);
+  std::string_view rest =
+      space == std::string_view::npos ? std::string_view() : auth.substr(space + 1);
   std::string_view token = rest.substr(0, rest.find(' '));
   if (token.empty()) return Unknown(auth, "empty bearer token");
   if (IsBootstrapToken(token)) {
@@ -310,10 +315,20 @@ uint64_t SipHash24(uint64_t k0, uint64_t k1, std::string_view data) {
   uint64_t v2 = k0 ^ 0x6c7967656e657261ULL;
   uint64_t v3 = k1 ^ 0x7465646279746573ULL;
   auto round = [&] {
-    v0 += v1; v1 = rotl(v1, 13); v1 ^= v0; v0 = rotl(v0, 32);
-    v2 += v3; v3 = rotl(v3, 16); v3 ^= v2;
-    v0 += v3; v3 = rotl(v3, 21); v3 ^= v0;
-    v2 += v1; v1 = rotl(v1, 17); v1 ^= v2; v2 = rotl(v2, 32);
+    v0 += v1;
+    v1 = rotl(v1, 13);
+    v1 ^= v0;
+    v0 = rotl(v0, 32);
+    v2 += v3;
+    v3 = rotl(v3, 16);
+    v3 ^= v2;
+    v0 += v3;
+    v3 = rotl(v3, 21);
+    v3 ^= v0;
+    v2 += v1;
+    v1 = rotl(v1, 17);
+    v1 ^= v2;
+    v2 = rotl(v2, 32);
   };
   auto load_le = [](const unsigned char* p, size_t n) {
     uint64_t m = 0;
@@ -354,11 +369,16 @@ bool Base64UrlDecode(std::string_view in, std::string& out) {
   int bits = 0;
   for (char c : in) {
     int v;
-    if (c >= 'A' && c <= 'Z') v = c - 'A';
-    else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-    else if (c >= '0' && c <= '9') v = c - '0' + 52;
-    else if (c == '-') v = 62;
-    else if (c == '_') v = 63;
+    if (c >= 'A' && c <= 'Z')
+      v = c - 'A';
+    else if (c >= 'a' && c <= 'z')
+      v = c - 'a' + 26;
+    else if (c >= '0' && c <= '9')
+      v = c - '0' + 52;
+    else if (c == '-')
+      v = 62;
+    else if (c == '_')
+      v = 63;
     else {
       Wipe(out);
       return false;

@@ -31,8 +31,9 @@ std::pair<std::string_view, std::string_view> SplitTarget(std::string_view targe
   // Absolute form: skip scheme and authority.
   for (std::string_view scheme : {"http://", "https://"}) {
     if (target.size() >= scheme.size() &&
-        std::equal(scheme.begin(), scheme.end(), target.begin(),
-                   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
+        std::equal(scheme.begin(), scheme.end(), target.begin(), [](char a, char b) {
+          return a == std::tolower(static_cast<unsigned char>(b));
+        })) {
       std::string_view rest = target.substr(scheme.size());
       size_t slash = rest.find_first_of("/?");
       target = slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
@@ -183,10 +184,10 @@ struct Token {
 
 std::optional<Tok> KeywordToken(std::string_view s) {
   static const std::pair<std::string_view, Tok> kTokens[] = {
-      {")", Tok::kClosedPar},  {",", Tok::kComma},       {"!", Tok::kDoesNotExist},
+      {")", Tok::kClosedPar},     {",", Tok::kComma},    {"!", Tok::kDoesNotExist},
       {"==", Tok::kDoubleEquals}, {"=", Tok::kEquals},   {">", Tok::kGreaterThan},
-      {"in", Tok::kIn},        {"<", Tok::kLessThan},    {"!=", Tok::kNotEquals},
-      {"notin", Tok::kNotIn},  {"(", Tok::kOpenPar},
+      {"in", Tok::kIn},           {"<", Tok::kLessThan}, {"!=", Tok::kNotEquals},
+      {"notin", Tok::kNotIn},     {"(", Tok::kOpenPar},
   };
   for (const auto& [lit, tok] : kTokens) {
     if (lit == s) return tok;
@@ -305,15 +306,29 @@ class LabelParser {
 
     Token op_tok = Consume(/*values_context=*/false);
     switch (op_tok.tok) {
-      case Tok::kDoesNotExist: return std::nullopt;  // "key!" is accepted upstream
+      case Tok::kDoesNotExist:
+        return std::nullopt;  // "key!" is accepted upstream
       case Tok::kEquals:
-      case Tok::kDoubleEquals: op = Op::kEquals; break;
-      case Tok::kNotEquals: op = Op::kNotEquals; break;
-      case Tok::kGreaterThan: op = Op::kGt; break;
-      case Tok::kLessThan: op = Op::kLt; break;
-      case Tok::kIn: op = Op::kIn; break;
-      case Tok::kNotIn: op = Op::kNotIn; break;
-      default: return "found '" + op_tok.lit + "', expected: operator";
+      case Tok::kDoubleEquals:
+        op = Op::kEquals;
+        break;
+      case Tok::kNotEquals:
+        op = Op::kNotEquals;
+        break;
+      case Tok::kGreaterThan:
+        op = Op::kGt;
+        break;
+      case Tok::kLessThan:
+        op = Op::kLt;
+        break;
+      case Tok::kIn:
+        op = Op::kIn;
+        break;
+      case Tok::kNotIn:
+        op = Op::kNotIn;
+        break;
+      default:
+        return "found '" + op_tok.lit + "', expected: operator";
     }
     std::set<std::string> values;
     if (op == Op::kIn || op == Op::kNotIn) {
@@ -429,7 +444,8 @@ std::vector<std::pair<std::string, std::string>> ParseQuery(std::string_view raw
 std::optional<std::string> QueryParam(std::string_view path_and_query, std::string_view key) {
   std::string_view raw_query = SplitTarget(path_and_query).second;
   // Cheap pre-check: most targets do not mention the key at all.
-  if (raw_query.find(key) == std::string_view::npos && raw_query.find('%') == std::string_view::npos) {
+  if (raw_query.find(key) == std::string_view::npos &&
+      raw_query.find('%') == std::string_view::npos) {
     return std::nullopt;
   }
   for (auto& [k, v] : ParseQuery(raw_query)) {
@@ -438,9 +454,7 @@ std::optional<std::string> QueryParam(std::string_view path_and_query, std::stri
   return std::nullopt;
 }
 
-bool QueryBool(std::string_view value) {
-  return !(value == "0" || ToLower(value) == "false");
-}
+bool QueryBool(std::string_view value) { return !(value == "0" || ToLower(value) == "false"); }
 
 Result<std::vector<FieldSelectorTerm>> ParseFieldSelector(std::string_view selector) {
   // splitTerms: split on commas not escaped by a backslash.

@@ -214,51 +214,57 @@ func isTrue(v string) bool {
 	return true
 }
 
-// scope is metrics.CleanScope.
+// scope is the scope label of apiserver_request_total. It comes from the route that served
+// the request (installer.go: "resource" when the route has {name} or the verb is POST,
+// "cluster" for all-namespaces routes, else "namespace"/"cluster" by the resource's scope),
+// not from RequestInfo: a LIST narrowed by fieldSelector=metadata.name= stays a LIST route.
 func (info *requestInfo) scope() string {
-	if info.name != "" || info.verb == "create" {
+	if !info.isResourceRequest {
+		return ""
+	}
+	if info.pathName() != "" || info.verb == "create" {
 		return "resource"
 	}
-	if info.namespace != "" {
+	if info.namespace != "" && info.resource != "namespaces" {
 		return "namespace"
 	}
-	if info.isResourceRequest {
-		return "cluster"
+	return "cluster"
+}
+
+// pathName is the object name taken from the URL path only (a route with {name}).
+func (info *requestInfo) pathName() string {
+	if len(info.parts) >= 2 {
+		return info.parts[1]
 	}
 	return ""
 }
 
-// metricVerb is the verb label of apiserver_request_total (MonitorRequest: CanonicalVerb +
-// CleanVerb): GET/LIST/WATCH/POST/PUT/PATCH/APPLY/DELETE/DELETECOLLECTION/CONNECT; for
-// non-resource URLs the HTTP method.
+// metricVerb is the verb label of apiserver_request_total, as MonitorRequest computes it:
+// CanonicalVerb(HTTP method, scope) (GET/HEAD -> LIST unless the scope is "resource"), then
+// cleanVerb: WATCH for watches (?watch= or the /watch/ route), APPLY for apply patches,
+// CONNECT for connect subresources. A collection DELETE is reported as DELETE.
 func (info *requestInfo) metricVerb(r *http.Request) string {
-	if !info.isResourceRequest {
-		return strings.ToUpper(r.Method)
-	}
-	switch info.verb {
-	case "get":
-		return "GET"
-	case "list":
-		return "LIST"
-	case "watch":
-		return "WATCH"
-	case "create":
-		return "POST"
-	case "update":
-		return "PUT"
-	case "patch":
-		if mediaType(r.Header.Get("Content-Type")) == "application/apply-patch+yaml" {
-			return "APPLY"
+	verb := strings.ToUpper(r.Method)
+	if verb == "GET" || verb == "HEAD" {
+		verb = "GET"
+		if scope := info.scope(); scope != "resource" && scope != "" {
+			verb = "LIST"
 		}
-		return "PATCH"
-	case "delete":
-		return "DELETE"
-	case "deletecollection":
-		return "DELETECOLLECTION"
-	case "proxy":
-		return "CONNECT"
 	}
-	return strings.ToUpper(r.Method)
+	if !info.isResourceRequest {
+		return verb
+	}
+	if info.verb == "watch" {
+		verb = "WATCH"
+	}
+	if verb == "PATCH" && r.Header.Get("Content-Type") == "application/apply-patch+yaml" {
+		verb = "APPLY"
+	}
+	switch info.subresource {
+	case "proxy", "exec", "attach", "portforward", "log":
+		verb = "CONNECT"
+	}
+	return verb
 }
 
 func mediaType(ct string) string {

@@ -80,6 +80,17 @@ func (q *restRequest) decodeBodyObject() (object, error) {
 	}
 	ct := mediaType(q.r.Header.Get("Content-Type"))
 	switch ct {
+	case "application/vnd.kubernetes.protobuf":
+		if q.rd.crd {
+			return nil, errUnsupportedMediaType([]string{"application/json", "application/yaml"})
+		}
+		obj, err := decodeProtobufObject(body)
+		if err == errProtoKind {
+			return nil, errUnsupportedMediaType([]string{"application/json", "application/yaml"})
+		} else if err != nil {
+			return nil, errBadRequest(err.Error())
+		}
+		return obj, nil
 	case "", "application/json", "*/*":
 	case "application/yaml", "application/apply-patch+yaml":
 		if body, err = yaml.YAMLToJSON(body); err != nil {
@@ -620,6 +631,14 @@ func (s *apiServer) readDeleteOptions(q *restRequest) (*deleteOptions, error) {
 }
 
 func (s *apiServer) handleDelete(q *restRequest) {
+	if q.rd.resource == "namespaces" {
+		switch q.info.name {
+		case "default", "kube-system", "kube-public": // NamespaceLifecycle's immortal namespaces
+			q.fail(&statusError{403, "Forbidden", fmt.Sprintf("namespaces %q is forbidden: this namespace may not be deleted", q.info.name),
+				map[string]interface{}{"name": q.info.name, "kind": "namespaces"}})
+			return
+		}
+	}
 	opts, err := s.readDeleteOptions(q)
 	if err != nil {
 		q.fail(err)
@@ -765,6 +784,14 @@ func (s *apiServer) serveTokenRequest(w http.ResponseWriter, r *http.Request, in
 				UID  string `json:"uid"`
 			} `json:"boundObjectRef"`
 		} `json:"spec"`
+	}
+	if mediaType(r.Header.Get("Content-Type")) == "application/vnd.kubernetes.protobuf" {
+		obj, err := decodeProtobufObject(body)
+		if err != nil {
+			writeStatusError(w, r, errBadRequest(err.Error()))
+			return
+		}
+		body, _ = json.Marshal(obj)
 	}
 	if len(body) > 0 {
 		if err := json.Unmarshal(body, &tr); err != nil {

@@ -63,6 +63,8 @@ class UpdateLoopEndToEnd(unittest.TestCase):
         c = self.cluster
         self.operator_token = c.mint_token(OPERATOR_NS, OPERATOR_SA, pod=OPERATOR_POD)
         self.human_kubeconfig = c.kubeconfig(c.mint_token("default", "ops-engineer"))
+        r = c.kubectl("create", "namespace", WORK_NS, kubeconfig=self.human_kubeconfig)
+        self.assertEqual(r.returncode, 0, r.stderr)
         for name in LOOP_OBJECTS + ["weekly-report"]:
             r = c.kubectl("create", "-f", "-", input=DATAJOB % name, kubeconfig=self.human_kubeconfig)
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -116,8 +118,9 @@ class UpdateLoopEndToEnd(unittest.TestCase):
 
         self.human_errors = []
         stop = threading.Event()
-        human = threading.Thread(target=self.human_traffic, args=(stop,))
+        human = threading.Thread(target=self.human_traffic, args=(stop,), daemon=True)
         human.start()
+        self.addCleanup(stop.set)
         time.sleep(1.0)
         loop_start = time.monotonic()
         if connection_before_agent:

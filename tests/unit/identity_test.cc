@@ -75,7 +75,8 @@ void ExpectNoSecret(const Identity& id, const std::string& token) {
 
 TEST(IdentityTest, BoundServiceAccountToken) {
   std::string token = Jwt(kBoundClaims);
-  Identity id = IdentityFromHeaders("Bearer " + token, "manager/v0.0.0 (linux/amd64) kubernetes/$Format");
+  Identity id =
+      IdentityFromHeaders("Bearer " + token, "manager/v0.0.0 (linux/amd64) kubernetes/$Format");
   EXPECT_EQ(id.kind, Identity::Kind::kServiceAccount);
   EXPECT_EQ(id.user, "system:serviceaccount:data:datajob-operator");
   EXPECT_EQ(id.sa_namespace, "data");
@@ -116,12 +117,13 @@ TEST(IdentityTest, SchemeIsCaseInsensitiveAndHeaderTrimmed) {
 
 TEST(IdentityTest, OidcUser) {
   Identity by_email = IdentityFromHeaders(
-      "Bearer " + Jwt(R"({"iss":"https://dex.example.com","sub":"Cg1","email":"jane@example.com"})"),
+      "Bearer " +
+          Jwt(R"({"iss":"https://dex.example.com","sub":"Cg1","email":"jane@example.com"})"),
       "kubectl/v1.28.7");
   EXPECT_EQ(by_email.kind, Identity::Kind::kUser);
   EXPECT_EQ(by_email.user, "jane@example.com");
-  Identity by_sub = IdentityFromHeaders(
-      "Bearer " + Jwt(R"({"iss":"https://dex.example.com","sub":"Cg1"})"), "");
+  Identity by_sub =
+      IdentityFromHeaders("Bearer " + Jwt(R"({"iss":"https://dex.example.com","sub":"Cg1"})"), "");
   EXPECT_EQ(by_sub.kind, Identity::Kind::kUser);
   EXPECT_EQ(by_sub.user, "https://dex.example.com#Cg1");
   Identity sub_only = IdentityFromHeaders("Bearer " + Jwt(R"({"sub":"alice"})"), "");
@@ -196,13 +198,16 @@ TEST(IdentityTest, MalformedTokensAreUnknownWithReason) {
        "Bearer " + Jwt(R"({"kubernetes.io":{"namespace":"a","serviceaccount":{"name":true}}})")},
       {"pod not object", "Bearer " + Jwt(R"({"kubernetes.io":{"namespace":"a",)"
                                          R"("serviceaccount":{"name":"b"},"pod":"p"}})")},
-      {"pod name not string", "Bearer " + Jwt(R"({"kubernetes.io":{"namespace":"a",)"
-                                              R"("serviceaccount":{"name":"b"},"pod":{"name":1}}})")},
-      {"bound without namespace", "Bearer " + Jwt(R"({"kubernetes.io":{"serviceaccount":{"name":"b"}}})")},
+      {"pod name not string",
+       "Bearer " + Jwt(R"({"kubernetes.io":{"namespace":"a",)"
+                       R"("serviceaccount":{"name":"b"},"pod":{"name":1}}})")},
+      {"bound without namespace",
+       "Bearer " + Jwt(R"({"kubernetes.io":{"serviceaccount":{"name":"b"}}})")},
       {"names with bad characters",
        "Bearer " + Jwt(R"({"kubernetes.io":{"namespace":"A B","serviceaccount":{"name":"b"}}})")},
       {"legacy without name",
-       "Bearer " + Jwt(R"({"iss":"kubernetes/serviceaccount","kubernetes.io/serviceaccount/namespace":"a"})")},
+       "Bearer " +
+           Jwt(R"({"iss":"kubernetes/serviceaccount","kubernetes.io/serviceaccount/namespace":"a"})")},
       {"legacy claim wrong type",
        "Bearer " + Jwt(R"({"kubernetes.io/serviceaccount/namespace":["a"],)"
                        R"("kubernetes.io/serviceaccount/service-account.name":"b"})")},
