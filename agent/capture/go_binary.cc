@@ -288,6 +288,42 @@ Result<std::vector<uint64_t>> FindReturnInstructions(std::span<const uint8_t> co
   return rets;
 }
 
+Result<uint64_t> FindEntryAfterStackCheck(std::span<const uint8_t> code, uint64_t base_offset) {
+  std::unique_ptr<csh, CapstoneCloser> handle(new csh{});
+  if (cs_open(CS_ARCH_X86, CS_MODE_64, handle.get()) != CS_ERR_OK) {
+    delete handle.release();
+    return Error{"capstone: cannot open an x86-64 disassembler"};
+  }
+  if (cs_option(*handle, CS_OPT_DETAIL, CS_OPT_ON) != CS_ERR_OK) {
+    return Error{"capstone: cannot enable instruction details"};
+  }
+  std::unique_ptr<cs_insn, InsnFree> insn(cs_malloc(*handle));
+  if (!insn) return Error{"capstone: out of memory"};
+  const uint8_t* p = code.data();
+  size_t left = code.size();
+  uint64_t address = base_offset;
+  // The prologue is at most: LEAQ -n(SP), R12; CMPQ 16(R14), R12|SP; JBE morestack.
+  bool compared_stack_guard = false;
+  for (int i = 0; i < 3 && left > 0; ++i) {
+    if (!cs_disasm_iter(*handle, &p, &left, &address, insn.get())) {
+      return Error{"undecodable instruction at file offset " + Hex(address)};
+    }
+    const cs_x86& x86 = insn->detail->x86;
+    if (insn->id == X86_INS_CMP) {
+      // g.stackguard0 is at offset 16 of the g that R14 holds (Go register ABI).
+      for (int op = 0; op < x86.op_count; ++op) {
+        const cs_x86_op& o = x86.operands[op];
+        if (o.type == X86_OP_MEM && o.mem.base == X86_REG_R14 && o.mem.disp == 16) {
+          compared_stack_guard = true;
+        }
+      }
+    } else if (compared_stack_guard && (insn->id == X86_INS_JBE || insn->id == X86_INS_JB)) {
+      return address;  // the instruction after the branch to morestack
+    }
+  }
+  return base_offset;  // no stack check (a NOSPLIT function): entry runs once per call
+}
+
 Result<GoBinary> GoBinary::Open(const std::string& path) {
   auto elf = ElfFile::Open(path);
   if (!elf) return Error{elf.error()};
@@ -412,6 +448,15 @@ std::optional<GoFunction> GoBinary::FindFunction(std::string_view name) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) return std::nullopt;
   return functions_[it->second];
+}
+
+Result<uint64_t> GoBinary::EntryAfterStackCheckOffset(const GoFunction& fn) const {
+  uint64_t size = std::min<uint64_t>(fn.end - fn.entry, 64);
+  auto code = fn.end > fn.entry ? elf_.BytesAt(fn.file_offset, size) : std::nullopt;
+  if (!code) return Error{"function " + fn.name + " lies outside the file"};
+  auto offset = FindEntryAfterStackCheck(*code, fn.file_offset);
+  if (!offset) return Error{fn.name + ": " + offset.error()};
+  return offset;
 }
 
 Result<std::vector<uint64_t>> GoBinary::ReturnInstructionOffsets(const GoFunction& fn) const {

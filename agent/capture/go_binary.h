@@ -55,6 +55,12 @@ Result<GoBuildInfo> ParseGoModInfo(std::string_view go_version, std::string_view
 Result<std::vector<uint64_t>> FindReturnInstructions(std::span<const uint8_t> code,
                                                      uint64_t base_offset);
 
+// File offset of the first instruction after a Go function's stack-growth check
+// (CMPQ 16(R14), SP|R12; JBE morestack), or base_offset when there is none. A uprobe at the
+// entry fires twice for a call that grows the stack (morestack re-runs the function from its
+// entry); one here fires once, with the argument registers still untouched.
+Result<uint64_t> FindEntryAfterStackCheck(std::span<const uint8_t> code, uint64_t base_offset);
+
 class GoBinary {
  public:
   static Result<GoBinary> Open(const std::string& path);
@@ -70,6 +76,8 @@ class GoBinary {
   // instantiations, whose type arguments the pclntab shortens to "[...]"): the lowest entry wins.
   std::optional<GoFunction> FindFunction(std::string_view name) const;
   Result<std::vector<uint64_t>> ReturnInstructionOffsets(const GoFunction& fn) const;
+  // Where an entry probe belongs: see FindEntryAfterStackCheck.
+  Result<uint64_t> EntryAfterStackCheckOffset(const GoFunction& fn) const;
 
  private:
   explicit GoBinary(ElfFile elf) : elf_(std::move(elf)) {}

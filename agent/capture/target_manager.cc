@@ -83,7 +83,14 @@ TargetStatus TargetManager::Attach(const TargetProcess& process) {
                 (headers_fn ? stack.handler_done : stack.process_headers) + " not found)";
     return s;
   }
-  GoHttp2ProbeSites sites{headers_fn->file_offset, done_fn->file_offset, layout->offsets};
+  auto headers_site = binary->EntryAfterStackCheckOffset(*headers_fn);
+  auto done_site = binary->EntryAfterStackCheckOffset(*done_fn);
+  if (!headers_site || !done_site) {
+    s.problem = "cannot place entry probes: " +
+                (headers_site ? done_site.error() : headers_site.error());
+    return s;
+  }
+  GoHttp2ProbeSites sites{*headers_site, *done_site, layout->offsets};
   auto slot = probes_->Attach(process.pid, process.exe_path, sites);
   if (!slot) {
     s.problem = slot.error();

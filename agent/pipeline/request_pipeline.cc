@@ -46,8 +46,9 @@ void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
   }
   if (auto* req = std::get_if<H2RequestEvent>(&*event)) {
     assembler_.OnRequest(*req);
-  } else if (auto record = assembler_.OnResponse(std::get<H2ResponseEvent>(*event))) {
-    OnRequest(*record);
+  } else {
+    const auto& resp = std::get<H2ResponseEvent>(*event);
+    if (auto record = assembler_.OnResponse(resp)) OnRequest(*record);
   }
 }
 
