@@ -82,13 +82,17 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   exporter->SetTargetsAttached(targets.attached_count());
   if (targets.targets().empty()) spdlog::warn("no target process found yet; still looking");
 
-  int64_t next_tick = MonotonicNs() + 1000000000;
+  // Detectors count in whole-second buckets of this clock: evaluate just after each bucket
+  // closes, so a storm is reported as soon as its last required second is complete.
+  constexpr int64_t kSecond = 1000000000, kAfterBucket = 10000000;
+  auto next_bucket_tick = [&](int64_t now) { return (now / kSecond + 1) * kSecond + kAfterBucket; };
+  int64_t next_tick = next_bucket_tick(MonotonicNs());
   while (!stop.load()) {
     int n = (*probes)->Poll(100);
     if (n < 0 && n != -EINTR) spdlog::error("ring buffer poll failed: {}", n);
     int64_t now = MonotonicNs();
     if (now < next_tick) continue;
-    next_tick = now + 1000000000;
+    next_tick = next_bucket_tick(now);
     targets.Refresh();
     exporter->SetTargetsAttached(targets.attached_count());
     pipeline.Tick(now);

@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -75,7 +76,8 @@ std::string FormatAlertJson(const StormTransition& t, int64_t offset) {
         {"resource_writes_per_second", Round2(e.resource_writes_per_second)},
         {"top_objects", top},
         {"codes", codes},
-        {"since", Rfc3339(e.since_ns + offset)},
+        // The sustained run is counted in whole seconds; it cannot start before the first write.
+        {"since", Rfc3339(std::max(e.since_ns, e.first_seen_ns) + offset)},
         {"first_seen", Rfc3339(e.first_seen_ns + offset)}}},
       {"summary", "client " + ClientLabel(e.identity) + " is writing " + e.resource +
                       (e.api_group.empty() ? "" : "." + e.api_group) + " in a loop"},

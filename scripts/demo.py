@@ -77,7 +77,7 @@ def main():
             step("Metrics on http://127.0.0.1:%d/metrics" % agent.metrics_port)
             show_metrics(agent, alert["client"])
             out, _ = op.communicate(timeout=30)
-            print("  operator's own count: %s" % out.strip())
+            print("  operator's own count: %s" % out.decode().strip())
 
             step("The loop stops; the alert resolves")
             resolved, at = agent.wait_alert(lambda a: a["state"] == "resolved", timeout=30)
