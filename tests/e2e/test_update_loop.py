@@ -83,7 +83,8 @@ class UpdateLoopEndToEnd(unittest.TestCase):
         return any(t is self for t, _ in errors + failures)
 
     def start_agent(self):
-        self.agent = Agent(self.cluster.tmp, extra_args=["--target", "kube-apiserver"]).start()
+        # --pid keeps the agent on this test's own API server, whatever else runs here.
+        self.agent = Agent(self.cluster.tmp, extra_args=["--pid", str(self.cluster.apiserver_pid)]).start()
         self.agent.wait_attached(1)
 
     def human_traffic(self, stop):
