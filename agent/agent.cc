@@ -9,6 +9,7 @@
 #include "agent/capture/target_manager.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "exporters/alert_log.h"
+#include "exporters/health_server.h"
 #include "exporters/prometheus_exporter.h"
 
 namespace stormwatch {
@@ -56,6 +57,15 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     return 1;
   }
   spdlog::info("metrics on http://{}/metrics", options.metrics_address);
+  std::unique_ptr<HealthServer> health;
+  if (!options.health_address.empty()) {
+    auto started = HealthServer::Start(options.health_address);
+    if (!started) {
+      spdlog::critical("{}", started.error());
+      return 1;
+    }
+    health = std::move(*started);
+  }
 
   int64_t clock_offset = RealtimeMinusMonotonicNs();
   RequestPipeline pipeline(exporter.get(), options.update_loop, [&](const StormTransition& t) {
@@ -81,6 +91,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   targets.Refresh();
   exporter->SetTargetsAttached(targets.attached_count());
   if (targets.targets().empty()) spdlog::warn("no target process found yet; still looking");
+  if (health) health->SetReady(true);
 
   // Detectors count in whole-second buckets of this clock: evaluate just after each bucket
   // closes, so a storm is reported as soon as its last required second is complete.
@@ -91,6 +102,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     int n = (*probes)->Poll(100);
     if (n < 0 && n != -EINTR) spdlog::error("ring buffer poll failed: {}", n);
     int64_t now = MonotonicNs();
+    if (health) health->Beat(now);
     if (now < next_tick) continue;
     next_tick = next_bucket_tick(now);
     targets.Refresh();

@@ -9,7 +9,7 @@ namespace stormwatch {
 namespace {
 
 enum Flag {
-  kPid = 1000, kTarget, kMetricsAddress, kRingBufferBytes, kLogLevel,
+  kPid = 1000, kTarget, kMetricsAddress, kHealthAddress, kRingBufferBytes, kLogLevel,
   kObjectRate, kObjectSustain, kResourceRate, kResourceSustain, kResolve, kHelp, kVersion,
 };
 
@@ -17,6 +17,7 @@ const option kLongOptions[] = {
     {"pid", required_argument, nullptr, kPid},
     {"target", required_argument, nullptr, kTarget},
     {"metrics-address", required_argument, nullptr, kMetricsAddress},
+    {"health-address", required_argument, nullptr, kHealthAddress},
     {"ring-buffer-bytes", required_argument, nullptr, kRingBufferBytes},
     {"log-level", required_argument, nullptr, kLogLevel},
     {"update-loop-object-rate", required_argument, nullptr, kObjectRate},
@@ -63,6 +64,7 @@ Targets:
   --pid PID                  attach to these processes only; repeatable or comma-separated
 Export:
   --metrics-address ADDR     Prometheus endpoint, host:port (default: 0.0.0.0:9847)
+  --health-address ADDR      /healthz and /readyz, host:port; "" to disable (default: 0.0.0.0:9848)
   --log-level LEVEL          trace, debug, info, warn, error (default: info)
 Capture:
   --ring-buffer-bytes N      BPF ring buffer size, a power of two (default: 16777216)
@@ -105,6 +107,12 @@ Result<AgentOptions> ParseAgentOptions(int argc, char** argv) {
         }
         o.metrics_address = arg;
         break;
+      case kHealthAddress:
+        if (!arg.empty() && arg.find(':') == std::string_view::npos) {
+          return Error{"--health-address: expected host:port, got '" + std::string(arg) + "'"};
+        }
+        o.health_address = arg;
+        break;
       case kRingBufferBytes: {
         auto n = ParseNumber<size_t>("ring-buffer-bytes", arg);
         if (!n) return Error{n.error()};
@@ -128,7 +136,10 @@ Result<AgentOptions> ParseAgentOptions(int argc, char** argv) {
       case kObjectSustain:
       case kResourceSustain:
       case kResolve: {
-        auto v = ParseNumber<int>("update-loop-*", arg);
+        auto v = ParseNumber<int>(c == kObjectSustain     ? "update-loop-object-sustain"
+                                  : c == kResourceSustain ? "update-loop-resource-sustain"
+                                                          : "update-loop-resolve",
+                                  arg);
         if (!v) return Error{v.error()};
         (c == kObjectSustain     ? o.update_loop.object_sustain_s
          : c == kResourceSustain ? o.update_loop.resource_sustain_s

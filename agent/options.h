@@ -14,11 +14,13 @@
 namespace stormwatch {
 
 inline constexpr const char* kDefaultMetricsAddress = "0.0.0.0:9847";
+inline constexpr const char* kDefaultHealthAddress = "0.0.0.0:9848";
 
 struct AgentOptions {
   std::vector<std::string> target_names = {"kube-apiserver", "etcd"};
   std::vector<pid_t> pids;
   std::string metrics_address = kDefaultMetricsAddress;
+  std::string health_address = kDefaultHealthAddress;  // "" disables it
   size_t ring_buffer_bytes = 16u << 20;
   std::string log_level = "info";
   UpdateLoopConfig update_loop;

@@ -66,7 +66,7 @@ def main():
             step("A runaway operator starts: GET + PUT of its own DataJobs, no backoff, 12 s")
             start = time.monotonic()
             op = c.run_operator(op_token, ["nightly-etl", "hourly-sync"], duration=12,
-                                namespace="etl")
+                                namespace="etl", extra_args=["--workers", "2"])
             alert, at = agent.wait_alert(lambda a: a["state"] == "firing", timeout=20)
             if not alert:
                 sys.exit("no alert: " + agent.stderr())

@@ -29,6 +29,7 @@ BUILD_PKGS=(
   libelf-dev zlib1g-dev
   libcapstone-dev            # finds RET instructions in Go functions (no uretprobes on Go)
   prometheus-cpp-dev         # /metrics endpoint
+  libcivetweb-dev            # /healthz and /readyz (the metrics endpoint cannot answer 503)
   libspdlog-dev libfmt-dev   # logging, JSON alert lines
   nlohmann-json3-dev         # JWT claims and JSON alert/evidence documents
   libprotobuf-dev protobuf-compiler  # request record / capture files

@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 BUILD_DIR = os.environ.get(
@@ -61,8 +62,9 @@ class Agent:
     def __init__(self, workdir, extra_args=(), metrics_port=None):
         self.workdir = workdir
         self.metrics_port = metrics_port or free_port()
+        self.health_port = free_port()
         self.args = [AGENT_BINARY, "--metrics-address", "127.0.0.1:%d" % self.metrics_port,
-                     *extra_args]
+                     "--health-address", "127.0.0.1:%d" % self.health_port, *extra_args]
         self.proc = None
         self.alerts = []          # parsed JSON alert lines, in order
         self.alert_times = []     # time.monotonic() when each arrived
@@ -107,6 +109,15 @@ class Agent:
             if n == name and all(l.get(k) == val for k, val in labels.items()):
                 total += v
         return total
+
+    def health(self, path):
+        """(status, body) of /healthz or /readyz."""
+        url = "http://127.0.0.1:%d%s" % (self.health_port, path)
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
 
     def wait_attached(self, count=1, timeout=20):
         deadline = time.monotonic() + timeout

@@ -30,6 +30,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -91,6 +92,7 @@ func main() {
 	maxWrites := flag.Int64("max-writes", 0, "stop after this many PUTs (0 = no limit)")
 	userAgent := flag.String("user-agent", "datajob-operator/v1.4.2 (linux/amd64) kubernetes/4c1e2a7", "User-Agent header")
 	waitFile := flag.String("wait-file", "", "after the initial GETs, wait until this file exists before looping")
+	workers := flag.Int("workers", 1, "concurrent reconcile workers (objects are split among them), one connection")
 	flag.Parse()
 	if *server == "" || *caFile == "" || *tokenFile == "" {
 		fmt.Fprintln(os.Stderr, "runaway-operator: --server, --ca and --token-file are required")
@@ -138,7 +140,7 @@ func main() {
 	go func() { <-sigc; cancel() }()
 
 	exit := 0
-	if err := run(ctx, c, *namespace, strings.Split(*names, ","), *duration, *maxWrites, *waitFile); err != nil {
+	if err := run(ctx, c, *namespace, strings.Split(*names, ","), *duration, *maxWrites, *waitFile, *workers); err != nil {
 		fmt.Fprintln(os.Stderr, "runaway-operator:", err)
 		exit = 1
 	}
@@ -149,7 +151,13 @@ func main() {
 	os.Exit(exit)
 }
 
-func run(ctx context.Context, c *client, ns string, names []string, duration time.Duration, maxWrites int64, waitFile string) error {
+func run(ctx context.Context, c *client, ns string, names []string, duration time.Duration, maxWrites int64, waitFile string, workers int) error {
+	if workers < 1 {
+		workers = 1
+	}
+	if workers > len(names) {
+		workers = len(names)
+	}
 	base := "/apis/batch.company.com/v1/namespaces/" + ns + "/datajobs"
 	cache := map[string]map[string]interface{}{}
 
@@ -175,11 +183,38 @@ func run(ctx context.Context, c *client, ns string, names []string, duration tim
 		}
 	}
 
+	// Like controller-runtime's MaxConcurrentReconciles: each worker owns some of the
+	// objects and loops over them; all workers share the one HTTP/2 connection.
 	deadline := time.Now().Add(duration)
 	var writes int64
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		var mine []string
+		for i := w; i < len(names); i += workers {
+			mine = append(mine, names[i])
+		}
+		own := map[string]map[string]interface{}{}
+		for _, name := range mine {
+			own[name] = cache[name]
+		}
+		go func() { errs <- reconcileLoop(ctx, c, base, ns, mine, own, deadline, maxWrites, &writes) }()
+	}
+	var firstErr error
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// reconcileLoop writes the lastSyncTime annotation into each object and PUTs it back, as fast
+// as the server answers: the runaway Reconcile of seed 000.
+func reconcileLoop(ctx context.Context, c *client, base, ns string, names []string,
+	cache map[string]map[string]interface{}, deadline time.Time, maxWrites int64, writes *int64) error {
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		for _, name := range names {
-			if maxWrites > 0 && writes >= maxWrites {
+			if maxWrites > 0 && atomic.AddInt64(writes, 1) > maxWrites {
 				return nil
 			}
 			obj := cache[name]
@@ -191,7 +226,6 @@ func run(ctx context.Context, c *client, ns string, names []string, duration tim
 			}
 			ann[annotation] = time.Now().UTC().Format(time.RFC3339Nano)
 			body, _ := json.Marshal(obj)
-			writes++
 			code, data, err := c.do(ctx, http.MethodPut, base+"/"+name, body)
 			switch {
 			case err != nil:

@@ -1,0 +1,60 @@
+#include "exporters/health_server.h"
+
+#include <civetweb.h>
+#include <time.h>
+
+#include <string>
+
+namespace stormwatch {
+namespace {
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+int Reply(mg_connection* conn, int status, const std::string& body) {
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n%s",
+            status, status == 200 ? "OK" : "Service Unavailable", body.size(), body.c_str());
+  return status;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HealthServer>> HealthServer::Start(const std::string& address,
+                                                          int64_t stall_limit_ns) {
+  std::unique_ptr<HealthServer> s(new HealthServer());
+  s->stall_limit_ns_ = stall_limit_ns;
+  s->last_beat_ns_ = NowNs();
+  mg_init_library(0);
+  const char* options[] = {"listening_ports", address.c_str(), "num_threads", "2", nullptr};
+  mg_callbacks callbacks{};
+  s->ctx_ = mg_start(&callbacks, nullptr, options);
+  if (!s->ctx_) return Error{"cannot serve health checks on " + address};
+  mg_set_request_handler(s->ctx_, "/healthz", &HealthServer::HandleHealthz, s.get());
+  mg_set_request_handler(s->ctx_, "/readyz", &HealthServer::HandleReadyz, s.get());
+  return s;
+}
+
+HealthServer::~HealthServer() {
+  if (ctx_) mg_stop(ctx_);
+}
+
+int HealthServer::HandleHealthz(mg_connection* conn, void* self) {
+  auto* s = static_cast<HealthServer*>(self);
+  int64_t stalled = NowNs() - s->last_beat_ns_.load();
+  if (stalled > s->stall_limit_ns_) {
+    return Reply(conn, 503, "main loop stalled for " + std::to_string(stalled / 1000000000) + " s\n");
+  }
+  return Reply(conn, 200, "ok\n");
+}
+
+int HealthServer::HandleReadyz(mg_connection* conn, void* self) {
+  auto* s = static_cast<HealthServer*>(self);
+  return s->ready_.load() ? Reply(conn, 200, "ready\n") : Reply(conn, 503, "starting\n");
+}
+
+}  // namespace stormwatch
