@@ -40,9 +40,7 @@ void PublishTargetChange(PrometheusExporter& exporter, const TargetStatus& t, bo
                  t.stack, t.problem.empty() ? "" : ": ", t.problem);
   } else {
     spdlog::warn("not attaching to {} pid {}: {}", t.process.name, t.process.pid, t.problem);
-    exporter.CountAttachFailure(t.process.name, t.go_version.empty() ? "unreadable_binary"
-                                                : t.stack.empty()    ? "unproven_version"
-                                                                     : "attach_failed");
+    exporter.CountAttachFailure(t.process.name, AttachFailureName(t.failure));
   }
 }
 

@@ -18,6 +18,16 @@ PrometheusExporter::PrometheusExporter() : registry_(std::make_shared<prometheus
                          .Help("Response body bytes written by the API server, by client and by "
                                "the labels of apiserver_request_total.")
                          .Register(*registry_);
+  lists_ = &prometheus::BuildCounter()
+                .Name("stormwatch_list_requests_total")
+                .Help("LIST requests by client and cost shape: consistency (consistent reads go "
+                      "to etcd; any = resourceVersion=0 from the watch cache) and pagination.")
+                .Register(*registry_);
+  duration_ = &prometheus::BuildHistogram()
+                   .Name("stormwatch_request_duration_seconds")
+                   .Help("Time from decoded request headers to the handler's end, by verb and "
+                         "resource (as apiserver_request_duration_seconds).")
+                   .Register(*registry_);
   storm_active_ = &prometheus::BuildGauge()
                        .Name("stormwatch_storm_active")
                        .Help("1 while a storm is firing for this client and resource.")
@@ -70,6 +80,44 @@ void PrometheusExporter::CountRequest(const RequestLabels& l, uint64_t response_
   }
   it->second.first->Increment();
   if (response_bytes) it->second.second->Increment(static_cast<double>(response_bytes));
+}
+
+void PrometheusExporter::CountList(const std::string& client, const std::string& group,
+                                   const std::string& resource, const std::string& scope,
+                                   const std::string& consistency, bool paginated) {
+  std::string key = client + '\x1f' + group + '\x1f' + resource + '\x1f' + scope + '\x1f' +
+                    consistency + (paginated ? "\x1fp" : "\x1fu");
+  std::lock_guard lock(mu_);
+  auto it = list_cache_.find(key);
+  if (it == list_cache_.end()) {
+    it = list_cache_
+             .emplace(key, &lists_->Add({{"client", client},
+                                         {"group", group},
+                                         {"resource", resource},
+                                         {"scope", scope},
+                                         {"consistency", consistency},
+                                         {"paginated", paginated ? "true" : "false"}}))
+             .first;
+  }
+  it->second->Increment();
+}
+
+void PrometheusExporter::ObserveDuration(const std::string& verb, const std::string& group,
+                                         const std::string& resource, double seconds) {
+  // apiserver_request_duration_seconds' buckets, so the two line up.
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3,
+      4,     5,     6,    8,   10,  15,  20,  30,  45,  60};
+  std::string key = verb + '\x1f' + group + '\x1f' + resource;
+  std::lock_guard lock(mu_);
+  auto it = duration_cache_.find(key);
+  if (it == duration_cache_.end()) {
+    it = duration_cache_
+             .emplace(key, &duration_->Add({{"verb", verb}, {"group", group}, {"resource", resource}},
+                                           kBuckets))
+             .first;
+  }
+  it->second->Observe(seconds);
 }
 
 void PrometheusExporter::SetStormActive(const std::map<std::string, std::string>& labels,

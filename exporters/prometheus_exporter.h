@@ -6,6 +6,7 @@
 #include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include <map>
@@ -29,6 +30,12 @@ class PrometheusExporter {
   PrometheusExporter();
 
   void CountRequest(const RequestLabels& labels, uint64_t response_bytes);
+  // LISTs by how much they cost: consistent (etcd) or from the cache, paginated or not.
+  void CountList(const std::string& client, const std::string& group, const std::string& resource,
+                 const std::string& scope, const std::string& consistency, bool paginated);
+  // Latency as apiserver_request_duration_seconds has it (no client label: bounded series).
+  void ObserveDuration(const std::string& verb, const std::string& group,
+                       const std::string& resource, double seconds);
   void SetStormActive(const std::map<std::string, std::string>& labels, bool active);
   void CountStormStarted(const std::string& storm);
   // Adds a cumulative count observed elsewhere (BPF maps) as a delta.
@@ -49,6 +56,8 @@ class PrometheusExporter {
   std::unique_ptr<prometheus::Exposer> exposer_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Counter>* response_bytes_;
+  prometheus::Family<prometheus::Counter>* lists_;
+  prometheus::Family<prometheus::Histogram>* duration_;
   prometheus::Family<prometheus::Gauge>* storm_active_;
   prometheus::Family<prometheus::Counter>* storms_total_;
   prometheus::Family<prometheus::Counter>* capture_loss_;
@@ -60,6 +69,8 @@ class PrometheusExporter {
   std::mutex mu_;
   // Counter handles per label set: Family::Add hashes a std::map on every call.
   std::unordered_map<std::string, std::pair<prometheus::Counter*, prometheus::Counter*>> request_cache_;
+  std::unordered_map<std::string, prometheus::Counter*> list_cache_;
+  std::unordered_map<std::string, prometheus::Histogram*> duration_cache_;
   std::map<std::string, uint64_t> loss_seen_, hits_seen_;
 };
 

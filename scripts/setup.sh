@@ -41,11 +41,16 @@ BUILD_PKGS=(
 TEST_PKGS=(
   etcd-server etcd-client    # real etcd (stripped Go binary) + etcdctl
   golang-go golang-golang-x-net-dev golang-etcd-server-dev  # test API server, GOPATH mode
+  # Go 1.21-1.23 (bookworm-backports only, so apt picks them from there): the test API server
+  # is built by each for the capture matrix (agent/capture/go_offsets.cc's proven table).
+  golang-1.21-go golang-1.22-go golang-1.23-go
   golang-k8s-sigs-yaml-dev   # test API server: YAML bodies and apply patches (also an etcd-dev dep)
   nghttp2-client curl        # h2load, real HTTP/2 clients
   python3-kubernetes         # the seed-002 client (HTTP/1.1)
   openssl jq procps iproute2 binutils
   prometheus prometheus-alertmanager
+  golang-github-masterminds-sprig-dev  # tools/helm-render: Helm's template functions (no helm binary here)
+  python3-yaml python3-jsonschema      # tests/helm: rendered manifests against the OpenAPI/CRD schemas
 )
 $SUDO apt-get install -y -qq --no-install-recommends "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" >/dev/null
 $SUDO apt-get install -y -qq --no-install-recommends -t bookworm-backports libbpf-dev bpftool >/dev/null

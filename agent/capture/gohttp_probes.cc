@@ -38,8 +38,8 @@ Result<std::unique_ptr<GoHttpProbes>> GoHttpProbes::Load(size_t ring_buffer_byte
 }
 
 GoHttpProbes::~GoHttpProbes() {
-  for (auto& [slot, links] : links_) {
-    for (bpf_link* l : links) bpf_link__destroy(l);
+  for (auto& [handle, a] : attachments_) {
+    for (bpf_link* l : a.links) bpf_link__destroy(l);
   }
   if (ring_) ring_buffer__free(ring_);
   if (skel_) gohttp_bpf__destroy(skel_);
@@ -56,45 +56,59 @@ int GoHttpProbes::OnRingBufferEvent(void* ctx, void* data, size_t size) {
 }
 
 Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
-                                      const GoHttp2ProbeSites& sites) {
-  uint32_t slot = 0;
-  while (slot < kMaxSlots && slot_used_[slot]) ++slot;
-  if (slot == kMaxSlots) return Error{"all " + std::to_string(kMaxSlots) + " target slots in use"};
-  if (bpf_map__update_elem(skel_->maps.go_offsets, &slot, sizeof(slot), &sites.offsets,
-                           sizeof(sites.offsets), BPF_ANY)) {
-    return Error{std::string("writing offsets: ") + std::strerror(errno)};
-  }
-  std::vector<bpf_link*> links;
-  auto attach = [&](bpf_program* prog, uint64_t offset) -> bool {
-    LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = slot, .retprobe = false);
-    bpf_link* link = bpf_program__attach_uprobe_opts(prog, pid, binary_path.c_str(), offset, &opts);
-    if (!link) return false;
-    links.push_back(link);
-    return true;
+                                      const std::vector<GoHttp2ProbeSites>& stacks) {
+  if (stacks.empty()) return Error{"no HTTP/2 stack to attach to in " + binary_path};
+  Attachment a;
+  auto undo = [&]() {
+    for (bpf_link* l : a.links) bpf_link__destroy(l);
+    for (uint32_t s : a.slots) slot_used_[s] = false;
   };
-  if (!attach(skel_->progs.h2_process_headers, sites.process_headers_offset) ||
-      !attach(skel_->progs.h2_handler_done, sites.handler_done_offset)) {
-    int err = errno;
-    for (bpf_link* l : links) bpf_link__destroy(l);
-    return Error{"attaching uprobes to " + binary_path + " (pid " + std::to_string(pid) +
-                 "): " + std::strerror(err)};
+  for (const GoHttp2ProbeSites& sites : stacks) {
+    uint32_t slot = 0;
+    while (slot < kMaxSlots && slot_used_[slot]) ++slot;
+    if (slot == kMaxSlots) {
+      undo();
+      return Error{"all " + std::to_string(kMaxSlots) + " probe slots in use"};
+    }
+    if (bpf_map__update_elem(skel_->maps.go_offsets, &slot, sizeof(slot), &sites.offsets,
+                             sizeof(sites.offsets), BPF_ANY)) {
+      int err = errno;
+      undo();
+      return Error{std::string("writing offsets: ") + std::strerror(err)};
+    }
+    slot_used_[slot] = true;
+    a.slots.push_back(slot);
+    auto attach = [&](bpf_program* prog, uint64_t offset) -> bool {
+      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = slot, .retprobe = false);
+      bpf_link* link = bpf_program__attach_uprobe_opts(prog, pid, binary_path.c_str(), offset, &opts);
+      if (!link) return false;
+      a.links.push_back(link);
+      return true;
+    };
+    if (!attach(skel_->progs.h2_process_headers, sites.process_headers_offset) ||
+        !attach(skel_->progs.h2_handler_done, sites.handler_done_offset)) {
+      int err = errno;
+      undo();
+      return Error{"attaching uprobes to " + binary_path + " (pid " + std::to_string(pid) +
+                   "): " + std::strerror(err)};
+    }
   }
-  slot_used_[slot] = true;
-  links_[slot] = std::move(links);
-  return slot;
+  uint32_t handle = a.slots.front();
+  attachments_[handle] = std::move(a);
+  return handle;
 }
 
-void GoHttpProbes::Detach(uint32_t slot) {
-  auto it = links_.find(slot);
-  if (it == links_.end()) return;
-  for (bpf_link* l : it->second) bpf_link__destroy(l);
-  links_.erase(it);
-  slot_used_[slot] = false;
+void GoHttpProbes::Detach(uint32_t handle) {
+  auto it = attachments_.find(handle);
+  if (it == attachments_.end()) return;
+  for (bpf_link* l : it->second.links) bpf_link__destroy(l);
+  for (uint32_t s : it->second.slots) slot_used_[s] = false;
+  attachments_.erase(it);
 }
 
 size_t GoHttpProbes::attached_links() const {
   size_t n = 0;
-  for (const auto& [slot, links] : links_) n += links.size();
+  for (const auto& [handle, a] : attachments_) n += a.links.size();
   return n;
 }
 

@@ -43,9 +43,14 @@ class GoHttpProbes {
   GoHttpProbes(const GoHttpProbes&) = delete;
   GoHttpProbes& operator=(const GoHttpProbes&) = delete;
 
-  // Attaches both probes to `binary_path` for process `pid`. Returns the target slot.
-  Result<uint32_t> Attach(pid_t pid, const std::string& binary_path, const GoHttp2ProbeSites& sites);
-  void Detach(uint32_t slot);
+  // Attaches both probes of every HTTP/2 stack in `stacks` (one entry per stack; a binary may
+  // hold x/net's and net/http's bundled copy) to `binary_path` for process `pid`, all or
+  // nothing. Each stack gets its own offsets slot, passed to the BPF programs as the uprobe's
+  // cookie (and reported in events as sw_event_header.target). Returns the target's handle
+  // for Detach: the slot of its first stack.
+  Result<uint32_t> Attach(pid_t pid, const std::string& binary_path,
+                          const std::vector<GoHttp2ProbeSites>& stacks);
+  void Detach(uint32_t handle);
   size_t attached_links() const;
 
   // Delivers ready events to the handler; returns how many, or a negative errno.
@@ -64,7 +69,11 @@ class GoHttpProbes {
   ring_buffer* ring_ = nullptr;
   EventHandler on_event_;
   int ncpus_ = 1;
-  std::map<uint32_t, std::vector<bpf_link*>> links_;  // slot -> links
+  struct Attachment {
+    std::vector<uint32_t> slots;  // one offsets slot per stack
+    std::vector<bpf_link*> links;
+  };
+  std::map<uint32_t, Attachment> attachments_;  // handle (first slot) -> attachment
   std::vector<bool> slot_used_;
 };
 

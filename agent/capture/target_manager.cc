@@ -60,46 +60,114 @@ void TargetManager::Remove(std::map<pid_t, TargetStatus>::iterator it) {
 TargetStatus TargetManager::Attach(const TargetProcess& process) {
   TargetStatus s;
   s.process = process;
-  auto binary = GoBinary::Open(process.exe_path);
-  if (!binary) {
-    s.problem = "not a readable Go binary: " + binary.error();
-    return s;
-  }
-  s.go_version = binary->go_version();
-  if (const GoModule* xnet = binary->build_info().FindModule("golang.org/x/net")) {
-    s.xnet_version = xnet->effective_version();
-  }
-  auto layout = LookupGoHttp2Layout(s.go_version, s.xnet_version);
-  if (!layout) {
-    s.problem = layout.error();
-    return s;
-  }
-  const Http2Stack& stack = XNetHttp2Stack();
-  s.stack = stack.name;
-  auto headers_fn = binary->FindFunction(stack.process_headers);
-  auto done_fn = binary->FindFunction(stack.handler_done);
-  if (!headers_fn || !done_fn) {
-    s.problem = "no " + stack.name + " HTTP/2 server in the binary (" +
-                (headers_fn ? stack.handler_done : stack.process_headers) + " not found)";
-    return s;
-  }
-  auto headers_site = binary->EntryAfterStackCheckOffset(*headers_fn);
-  auto done_site = binary->EntryAfterStackCheckOffset(*done_fn);
-  if (!headers_site || !done_site) {
-    s.problem = "cannot place entry probes: " +
-                (headers_site ? done_site.error() : headers_site.error());
-    return s;
-  }
-  GoHttp2ProbeSites sites{*headers_site, *done_site, layout->offsets};
-  auto slot = probes_->Attach(process.pid, process.exe_path, sites);
+  GoHttp2ProbePlan plan = PlanGoHttp2Probes(process.exe_path);
+  s.go_version = plan.go_version;
+  s.xnet_version = plan.xnet_version;
+  s.stack = plan.stack_names();
+  s.problem = plan.problem;
+  s.failure = plan.failure;
+  if (plan.failure != AttachFailure::kNone) return s;
+  auto slot = probes_->Attach(process.pid, process.exe_path, plan.sites);
   if (!slot) {
     s.problem = slot.error();
+    s.failure = AttachFailure::kAttachFailed;
     return s;
   }
   s.attached = true;
   s.slot = *slot;
-  s.problem = layout->note;
   return s;
+}
+
+const char* AttachFailureName(AttachFailure failure) {
+  switch (failure) {
+    case AttachFailure::kNone: return "";
+    case AttachFailure::kUnreadableBinary: return "unreadable_binary";
+    case AttachFailure::kNoHttp2Server: return "no_http2_server";
+    case AttachFailure::kUnprovenVersion: return "unproven_version";
+    case AttachFailure::kAttachFailed: return "attach_failed";
+  }
+  return "attach_failed";
+}
+
+std::string GoHttp2ProbePlan::stack_names() const {
+  std::string out;
+  for (const Http2Stack* st : stacks) out += (out.empty() ? "" : ",") + st->name;
+  return out;
+}
+
+GoHttp2ProbePlan PlanGoHttp2Probes(const std::string& exe_path) {
+  auto binary = GoBinary::Open(exe_path);
+  if (!binary) {
+    GoHttp2ProbePlan plan;
+    plan.failure = AttachFailure::kUnreadableBinary;
+    plan.problem = "not a readable Go binary: " + binary.error();
+    return plan;
+  }
+  return PlanGoHttp2Probes(*binary);
+}
+
+GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
+  GoHttp2ProbePlan plan;
+  const GoBuildInfo& info = binary.build_info();
+  plan.go_version = info.go_version;
+  plan.module_info = info.main.has_value() || !info.deps.empty();
+  if (const GoModule* xnet = info.FindModule("golang.org/x/net")) {
+    plan.xnet_version = xnet->effective_version();
+  }
+  auto fail = [&](AttachFailure f, std::string why) {
+    plan.failure = f;
+    plan.problem = std::move(why);
+    plan.sites.clear();
+    return plan;
+  };
+
+  struct Found {
+    const Http2Stack* stack;
+    GoFunction headers, done;
+  };
+  std::vector<Found> found;
+  for (const Http2Stack& stack : Http2Stacks()) {
+    auto headers_fn = binary.FindFunction(stack.process_headers);
+    auto done_fn = binary.FindFunction(stack.handler_done);
+    if (!headers_fn && !done_fn) continue;
+    plan.stacks.push_back(&stack);
+    if (!headers_fn || !done_fn) {
+      return fail(AttachFailure::kAttachFailed,
+                  stack.name + " HTTP/2 server is incomplete in the binary (" +
+                      (headers_fn ? stack.handler_done : stack.process_headers) + " not found)");
+    }
+    found.push_back({&stack, *headers_fn, *done_fn});
+  }
+  if (found.empty()) {
+    return fail(AttachFailure::kNoHttp2Server,
+                "no HTTP/2 server in the binary (neither " + XNetHttp2Stack().process_headers +
+                    " nor " + StdHttp2Stack().process_headers + ")");
+  }
+
+  std::string caveats;
+  for (const Found& f : found) {
+    auto layout = LookupGoHttp2Layout(*f.stack, plan.go_version, plan.xnet_version, plan.module_info);
+    if (!layout) {
+      return fail(AttachFailure::kUnprovenVersion,
+                  "Go " + (plan.go_version.empty() ? std::string("(unknown)") : plan.go_version) +
+                      ", x/net " +
+                      (plan.xnet_version.empty() ? std::string("(unknown)") : plan.xnet_version) +
+                      ": " + layout.error());
+    }
+    auto headers_site = binary.EntryAfterStackCheckOffset(f.headers);
+    auto done_site = binary.EntryAfterStackCheckOffset(f.done);
+    if (!headers_site || !done_site) {
+      return fail(AttachFailure::kAttachFailed,
+                  "cannot place " + f.stack->name + " entry probes: " +
+                      (headers_site ? done_site.error() : headers_site.error()));
+    }
+    plan.sites.push_back({*headers_site, *done_site, layout->offsets});
+    if (!layout->note.empty() && caveats.find(layout->note) == std::string::npos) {
+      caveats += (caveats.empty() ? "" : "; ") + layout->note;
+    }
+  }
+  plan.problem = caveats;
+  return plan;
 }
 
 }  // namespace stormwatch

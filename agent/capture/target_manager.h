@@ -11,20 +11,53 @@
 #include <string>
 #include <vector>
 
+#include "agent/capture/go_offsets.h"
 #include "agent/capture/gohttp_probes.h"
 #include "agent/capture/target_discovery.h"
 
 namespace stormwatch {
+
+class GoBinary;
+
+// Why a target is not attached: the `reason` label of stormwatch_target_attach_failures_total.
+enum class AttachFailure {
+  kNone,              // attached
+  kUnreadableBinary,  // "unreadable_binary": not an ELF Go binary we can read
+  kNoHttp2Server,     // "no_http2_server": neither HTTP/2 server stack is in the binary
+  kUnprovenVersion,   // "unproven_version": Go or x/net version not in the proven table
+  kAttachFailed,      // "attach_failed": probe placement or the uprobe attach itself failed
+};
+const char* AttachFailureName(AttachFailure failure);
 
 struct TargetStatus {
   TargetProcess process;
   bool attached = false;
   uint32_t slot = 0;
   std::string go_version;
-  std::string xnet_version;
+  std::string xnet_version;  // "" when the binary has no module information (GOPATH build)
+  // The HTTP/2 server stacks found in the binary (all of them attached when `attached`),
+  // comma-separated in the order "x/net,std"; "" when none was found or the binary is unreadable.
   std::string stack;
-  std::string problem;  // why it is not attached, or a caveat when it is
+  std::string problem;  // why it is not attached (which versions, why), or a caveat when it is
+  AttachFailure failure = AttachFailure::kNone;  // machine-readable: kNone iff attached
 };
+
+// What would be attached to one Go binary, decided from the file alone (no BPF, no
+// privileges): every HTTP/2 server stack present, each with its proven layout and probe sites.
+// A binary is attached only if every stack present is proven; a present but unproven stack
+// would otherwise serve requests nobody sees.
+struct GoHttp2ProbePlan {
+  std::string go_version;
+  std::string xnet_version;
+  bool module_info = false;                 // false for GOPATH builds
+  std::vector<const Http2Stack*> stacks;    // found in the binary, x/net first
+  std::vector<GoHttp2ProbeSites> sites;     // one per stack when failure == kNone
+  AttachFailure failure = AttachFailure::kNone;
+  std::string problem;                      // the refusal, or a caveat (GOPATH build)
+  std::string stack_names() const;          // "x/net,std"
+};
+GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary);
+GoHttp2ProbePlan PlanGoHttp2Probes(const std::string& exe_path);
 
 struct TargetManagerOptions {
   std::vector<std::string> names;  // executable names to find (default kube-apiserver, etcd)

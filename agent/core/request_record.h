@@ -40,7 +40,22 @@ struct Identity {
   std::string sa_name;
   std::string pod_name;         // from the bound token's kubernetes.io claim
   std::string user_agent;
+  std::string component;          // parsed from the user agent: kubectl, kube-controller-manager,
+  std::string component_version;  // OpenAPI-Generator (the Python client), ...; and its version
   std::string reason;           // why the kind is what it is, e.g. why kUnknown (never secret)
+};
+
+// What a read costs the server, from its query (k8s.io/apimachinery ListOptions).
+struct QueryShape {
+  enum class Consistency { kNotARead, kConsistent, kAny, kExact, kNotOlderThan };
+  Consistency consistency = Consistency::kNotARead;  // LIST/WATCH/GET only
+  bool paginated = false;            // limit > 0
+  bool continued = false;            // a continue token: a later page
+  int64_t limit = 0;
+  bool label_selector = false;
+  bool field_selector = false;
+  bool send_initial_events = false;  // WatchList (streaming LIST)
+  int64_t timeout_seconds = 0;       // watches: timeoutSeconds
 };
 
 struct RequestRecord {
@@ -60,6 +75,7 @@ struct RequestRecord {
 
   // Kubernetes facts, filled by agent/kube.
   RequestInfo info;
+  QueryShape shape;
   Identity identity;
 };
 

@@ -1,4 +1,5 @@
 #include "agent/kube/identity.h"
+#include "agent/kube/user_agent.h"
 
 #include <string.h>  // explicit_bzero
 
@@ -398,6 +399,9 @@ Identity IdentityFromHeaders(std::string_view authorization, std::string_view us
   try {
     Identity id = FromAuthorization(authorization);
     id.user_agent = std::string(user_agent.substr(0, kMaxUserAgentBytes));
+    UserAgentInfo ua = ParseUserAgent(id.user_agent);
+    id.component = std::move(ua.component);
+    id.component_version = std::move(ua.version);
     return id;
   } catch (...) {
     return Identity{};  // kUnknown; building a reason could throw again

@@ -2,6 +2,7 @@
 
 #include "agent/kube/identity.h"
 #include "agent/kube/metric_labels.h"
+#include "agent/kube/query_shape.h"
 #include "agent/kube/request_info.h"
 #include "agent/protocol/h2_events.h"
 
@@ -55,11 +56,20 @@ void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
 void RequestPipeline::OnRequest(RequestRecord& r) {
   ++stats_.requests;
   r.info = ParseRequestInfo(r.method, r.path);
+  r.shape = ParseQueryShape(r.info, r.path);
   MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
   exporter_->CountRequest(
       RequestLabels{ClientLabel(r.identity), m.verb, m.group, m.version, m.resource, m.subresource,
                     m.scope, std::to_string(r.status)},
       r.response_bytes);
+  if (r.info.verb == "list") {
+    exporter_->CountList(ClientLabel(r.identity), m.group, m.resource, m.scope,
+                         ConsistencyName(r.shape.consistency), r.shape.paginated);
+  }
+  // Watches last minutes by design: their duration says nothing about latency.
+  if (m.verb != "WATCH" && r.end_ns >= r.start_ns) {
+    exporter_->ObserveDuration(m.verb, m.group, m.resource, (r.end_ns - r.start_ns) / 1e9);
+  }
   update_loop_.Observe(r, static_cast<int64_t>(r.end_ns));
 }
 

@@ -80,9 +80,20 @@ func (c *requestCounts) snapshot() []countRow {
 
 // statusRecorder remembers the status code for counting. It forwards Flush so watch streams
 // are flushed per event.
+//
+// onHeader, when set, runs once when the response starts: APF releases a watch's seat then.
 type statusRecorder struct {
 	http.ResponseWriter
-	code int
+	code     int
+	onHeader func()
+}
+
+func (s *statusRecorder) started() {
+	if s.onHeader != nil {
+		f := s.onHeader
+		s.onHeader = nil
+		f()
+	}
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -90,11 +101,13 @@ func (s *statusRecorder) WriteHeader(code int) {
 		s.code = code
 	}
 	s.ResponseWriter.WriteHeader(code)
+	s.started()
 }
 
 func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.code == 0 {
 		s.code = http.StatusOK
+		s.started()
 	}
 	return s.ResponseWriter.Write(b)
 }
@@ -112,8 +125,14 @@ func (s *statusRecorder) status() string {
 	return strconv.Itoa(s.code)
 }
 
-func newDebugMux(counts *requestCounts) http.Handler {
+// newDebugMux serves the oracle. extra adds handlers (e.g. /debug/apf) by path.
+func newDebugMux(counts *requestCounts, extra ...map[string]http.HandlerFunc) http.Handler {
 	mux := http.NewServeMux()
+	for _, m := range extra {
+		for path, h := range m {
+			mux.HandleFunc(path, h)
+		}
+	}
 	mux.HandleFunc("/debug/counts", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(counts.snapshot())

@@ -12,7 +12,9 @@
 //
 //	test-apiserver --listen 127.0.0.1:6443 --tls-cert C --tls-key K \
 //	    --etcd-endpoints https://127.0.0.1:2379 --etcd-cafile CA --etcd-certfile C --etcd-keyfile K \
-//	    --sa-signing-key SA.key --debug-listen 127.0.0.1:8080
+//	    --sa-signing-key SA.key --debug-listen 127.0.0.1:8080 \
+//	    [--client-ca-file CA] [--max-requests-inflight N] [--max-mutating-requests-inflight N] \
+//	    [--max-inflight-per-level LEVEL=N,...] [--request-timeout 1m] [--test-delays] [--watch-cache=false]
 //	test-apiserver mint-token --sa-signing-key SA.key --namespace NS --serviceaccount NAME [--pod POD] [--expiration 1h]
 package main
 
@@ -85,8 +87,20 @@ func serve(args []string) int {
 	etcdCert := fs.String("etcd-certfile", "", "client certificate for etcd")
 	etcdKey := fs.String("etcd-keyfile", "", "client key for etcd")
 	saKey := fs.String("sa-signing-key", "", "PEM RSA private key; its public half verifies bearer tokens")
-	debugListen := fs.String("debug-listen", "127.0.0.1:0", "plain-HTTP debug listener (/debug/counts, /healthz)")
+	debugListen := fs.String("debug-listen", "127.0.0.1:0", "plain-HTTP debug listener (/debug/counts, /debug/apf, /healthz)")
+	clientCA := fs.String("client-ca-file", "", "verify client certificates against this CA (user = CN, groups = O)")
+	maxInflight := fs.Int("max-requests-inflight", 400, "APF: with --max-mutating-requests-inflight, the server's total concurrency limit")
+	maxMutating := fs.Int("max-mutating-requests-inflight", 200, "APF: see --max-requests-inflight")
+	levelLimits := fs.String("max-inflight-per-level", "", "APF: explicit concurrency limits, e.g. workload-low=2,global-default=1 (exempt is never limited)")
+	requestTimeout := fs.Duration("request-timeout", time.Minute, "APF: a request waits in its queue at most a quarter of this")
+	testDelays := fs.Bool("test-delays", false, "test only: honour the X-Stormwatch-Test-Delay request header (sleep that long in the APF seat)")
+	watchCache := fs.Bool("watch-cache", true, "serve LIST/GET with resourceVersion set from a watch-fed cache")
+	http2Stack := fs.String("http2-stack", "xnet", "HTTP/2 server: xnet (golang.org/x/net/http2, via http2.ConfigureServer) or std (net/http's bundled copy)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *http2Stack != "xnet" && *http2Stack != "std" {
+		fmt.Fprintln(os.Stderr, "--http2-stack: expected xnet or std, got", *http2Stack)
 		return 2
 	}
 	if *certFile == "" || *keyFile == "" || *saKey == "" {
@@ -113,12 +127,40 @@ func serve(args []string) int {
 		return 1
 	}
 
+	limits, err := parseLevelLimits(*levelLimits)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	counts := newRequestCounts()
 	api := newAPIServer(st, signer, counts, *listen)
+	api.testDelays = *testDelays
+	if *clientCA != "" {
+		if api.x509, err = loadClientCA(*clientCA); err != nil {
+			log.Print(err)
+			return 1
+		}
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	api.apf, err = newAPFController(ctx, st, apfConfig{serverCL: *maxInflight + *maxMutating, levelLimits: limits,
+		waitLimit: *requestTimeout / 4, retryAfterSec: 1})
+	cancel()
+	if err != nil {
+		log.Printf("apf: %v", err)
+		return 1
+	}
+	cacheCtx, stopCache := context.WithCancel(context.Background())
+	defer stopCache()
+	if *watchCache {
+		if api.cache, err = startWatchCache(cacheCtx, st); err != nil {
+			log.Printf("watch cache: %v", err)
+			return 1
+		}
+	}
 
-	// The secure listener: TLS, ALPN h2 + http/1.1. http2.ConfigureServer installs x/net's
-	// server in TLSNextProto["h2"], so net/http never falls back to its bundled copy
-	// (net/http.(*http2serverConn)): the agent probes golang.org/x/net/http2.(*serverConn).
+	// The secure listener: TLS, ALPN h2 + http/1.1. With --http2-stack=xnet (the default),
+	// http2.ConfigureServer installs x/net's server in TLSNextProto["h2"], so net/http never
+	// falls back to its bundled copy (net/http.(*http2serverConn)); with std it does.
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 30 * time.Second,
@@ -127,8 +169,17 @@ func serve(args []string) int {
 			MinVersion: tls.VersionTLS12,
 		},
 	}
-	// Same stream concurrency as kube-apiserver's default (--http2-max-streams-per-connection=1000).
-	if err := http2.ConfigureServer(srv, &http2.Server{MaxConcurrentStreams: 1000}); err != nil {
+	if api.x509 != nil {
+		// Like the apiserver: ask for a certificate, verify it in the authenticator (auth.go).
+		srv.TLSConfig.ClientAuth = tls.RequestClientCert
+	}
+	if *http2Stack == "std" {
+		// --http2-stack=std: net/http negotiates h2 itself and serves it with its bundled copy
+		// (net/http.(*http2serverConn), as recent kube-apiservers do). Before Go 1.24 that copy
+		// cannot be configured: it allows 250 concurrent streams per connection, not 1000.
+		srv.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
+	} else if err := http2.ConfigureServer(srv, &http2.Server{MaxConcurrentStreams: 1000}); err != nil {
+		// Same stream concurrency as kube-apiserver's default (--http2-max-streams-per-connection=1000).
 		log.Printf("http2: %v", err)
 		return 1
 	}
@@ -143,7 +194,8 @@ func serve(args []string) int {
 		log.Print(err)
 		return 1
 	}
-	dsrv := &http.Server{Handler: newDebugMux(counts), ReadHeaderTimeout: 10 * time.Second}
+	dsrv := &http.Server{Handler: newDebugMux(counts, map[string]http.HandlerFunc{"/debug/apf": api.serveDebugAPF, "/debug/storage": api.serveDebugStorage}),
+		ReadHeaderTimeout: 10 * time.Second}
 
 	errc := make(chan error, 2)
 	go func() { errc <- srv.ServeTLS(ln, *certFile, *keyFile) }()

@@ -28,6 +28,9 @@ type resourceDef struct {
 	// a Status of success (configmaps), as each registry store is configured.
 	returnDeletedObject bool
 	storageVersionHash  string
+	// readOnly: served for get/list/watch only (the APF objects, which this server's
+	// classifier does not re-read); writes get 405.
+	readOnly bool
 }
 
 func (r *resourceDef) groupVersion() string {
@@ -51,10 +54,12 @@ func (r *resourceDef) storageKey(ns, name string) string {
 	return r.storagePrefix(ns) + name
 }
 
-// storagePrefix is the key prefix of a namespace's objects ("" = all namespaces).
+// storagePrefix is the key prefix of a namespace's objects ("" = all namespaces). Built-in
+// types are stored under /registry/<resource>/ whatever their group (/registry/flowschemas/);
+// custom resources under /registry/<group>/<resource>/.
 func (r *resourceDef) storagePrefix(ns string) string {
 	p := "/registry/" + r.resource + "/"
-	if r.group != "" {
+	if r.group != "" && r.crd {
 		p = "/registry/" + r.group + "/" + r.resource + "/"
 	}
 	if r.namespaced && ns != "" {
@@ -88,6 +93,18 @@ var resources = []*resourceDef{
 		verbs: []string{"delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"},
 		crd:   true, tracksGeneration: true, statusSubresource: true, returnDeletedObject: true,
 		storageVersionHash: "d0bPcdg2HJA=",
+	},
+	// API Priority and Fairness configuration (apf.go), v1beta3 as 1.28 prefers it.
+	{
+		group: "flowcontrol.apiserver.k8s.io", version: "v1beta3", resource: "flowschemas", singular: "flowschema",
+		kind: "FlowSchema", listKind: "FlowSchemaList", verbs: []string{"get", "list", "watch"},
+		tracksGeneration: true, returnDeletedObject: true, readOnly: true,
+	},
+	{
+		group: "flowcontrol.apiserver.k8s.io", version: "v1beta3", resource: "prioritylevelconfigurations",
+		singular: "prioritylevelconfiguration", kind: "PriorityLevelConfiguration", listKind: "PriorityLevelConfigurationList",
+		verbs: []string{"get", "list", "watch"}, tracksGeneration: true, returnDeletedObject: true,
+		readOnly: true,
 	},
 }
 

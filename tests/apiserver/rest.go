@@ -14,9 +14,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/clientv3"
@@ -148,8 +151,28 @@ func validateName(rd *resourceDef, name string) error {
 
 // ---- get / list ----
 
+// handleGet reads from etcd for resourceVersion="" and from the watch cache otherwise, as the
+// cacher does: "0" = whatever the cache holds, N = once the cache has seen N.
 func (s *apiServer) handleGet(q *restRequest) {
-	obj, _, err := s.st.get(q.ctx(), q.key())
+	rv := q.r.URL.Query().Get("resourceVersion")
+	var obj object
+	var err error
+	if rv == "" || s.cache == nil {
+		atomic.AddInt64(&s.reads.EtcdGet, 1)
+		obj, _, err = s.st.get(q.ctx(), q.key())
+	} else {
+		atomic.AddInt64(&s.reads.CacheGet, 1)
+		n, perr := strconv.ParseInt(rv, 10, 64)
+		if perr != nil {
+			q.fail(errInvalidRV(rv))
+			return
+		}
+		if cur, ok := s.cache.waitFresh(n); !ok {
+			q.fail(errTooLargeRV(n, cur))
+			return
+		}
+		obj, err = s.cache.get(q.key())
+	}
 	if err != nil {
 		q.fail(q.storageError(err))
 		return
@@ -194,7 +217,59 @@ func parseListParams(r *http.Request) (*listParams, error) {
 			return nil, errInvalidRV(p.rv)
 		}
 	}
+	if err := validateListOptions(p, isTrue(q.Get("watch")) || strings.Contains(r.URL.Path, "/watch/"), q); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// validateListOptions is apimachinery's ValidateListOptions (1.28, WatchList gate off); its
+// errors are a 422 on ListOptions.meta.k8s.io, as the list and watch handlers return them.
+func validateListOptions(p *listParams, watch bool, q url.Values) error {
+	var errs []fieldErr
+	forbidden := func(field, detail string) {
+		errs = append(errs, fieldErr{field, "Forbidden", detail})
+	}
+	_, sendInitial := q["sendInitialEvents"]
+	if watch {
+		if sendInitial {
+			forbidden("sendInitialEvents", "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled")
+		}
+		if p.rvMatch != "" {
+			forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
+		}
+	} else {
+		if m := p.rvMatch; m != "" {
+			if p.rv == "" {
+				forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden unless resourceVersion is provided")
+			}
+			if p.cont != "" {
+				forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided")
+			}
+			if m != "Exact" && m != "NotOlderThan" {
+				errs = append(errs, fieldErr{"resourceVersionMatch", "Unsupported value",
+					fmt.Sprintf(`%q: supported values: "Exact", "NotOlderThan", ""`, m)})
+			}
+			if m == "Exact" && p.rv == "0" {
+				forbidden("resourceVersionMatch", `resourceVersionMatch "exact" is forbidden for resourceVersion "0"`)
+			}
+		}
+		if sendInitial {
+			forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list")
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errInvalidFields("ListOptions", "meta.k8s.io", "", errs)
+}
+
+// errTooLargeRV is storage.NewTooLargeResourceVersionError as the handlers return it: a 504
+// Timeout that tells the client to retry in 1 s.
+func errTooLargeRV(want, cur int64) error {
+	return &statusError{504, "Timeout", fmt.Sprintf("Too large resource version: %d, current: %d", want, cur),
+		map[string]interface{}{"causes": []map[string]string{{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}},
+			"retryAfterSeconds": 1}}
 }
 
 func errInvalidRV(rv string) error {
@@ -220,6 +295,14 @@ func errExpiredContinue() error {
 		"were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.", nil}
 }
 
+// handleList serves a LIST the way 1.28's cacher and etcd3 store split the work
+// (cacher.GetList / shouldDelegateList, etcd3 store.GetList):
+//   - from the watch cache: resourceVersion "0" (limit ignored, never paginated), or N with
+//     match ""/NotOlderThan and no limit (after the cache has seen N);
+//   - from etcd: resourceVersion "" (a consistent read: a range read at the current
+//     revision), any continue, any limit with resourceVersion != "0", match Exact. There
+//     N with Exact, or with no match and a limit (the legacy case), reads at revision N;
+//     N with NotOlderThan reads the latest and fails with 504 if N is in the future.
 func (s *apiServer) handleList(q *restRequest) {
 	p, err := parseListParams(q.r)
 	if err != nil {
@@ -227,18 +310,57 @@ func (s *apiServer) handleList(q *restRequest) {
 		return
 	}
 	prefix := q.rd.storagePrefix(q.ns)
-	var start string
-	var rev int64
-	if p.cont != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(p.cont, "="))
-		var tok continueToken
-		if err != nil || json.Unmarshal(raw, &tok) != nil || tok.APIVersion != "meta.k8s.io/v1" || tok.ResourceVersion == 0 {
-			q.fail(errBadRequest("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))
+	fromEtcd := p.rv == "" || p.cont != "" || (p.limit > 0 && p.rv != "0") ||
+		(p.rvMatch != "" && p.rvMatch != "NotOlderThan") || s.cache == nil
+	if !fromEtcd {
+		atomic.AddInt64(&s.reads.CacheList, 1)
+		if p.rv != "0" {
+			n, _ := strconv.ParseInt(p.rv, 10, 64)
+			if cur, ok := s.cache.waitFresh(n); !ok {
+				q.fail(errTooLargeRV(n, cur))
+				return
+			}
+		}
+		items, rev, err := s.cache.list(prefix, p.match)
+		if err != nil {
+			q.fail(errInternal(err))
 			return
 		}
-		start, rev = prefix+tok.StartKey, tok.ResourceVersion
-	} else if p.rvMatch == "Exact" && p.rv != "" && p.rv != "0" {
-		rev, _ = strconv.ParseInt(p.rv, 10, 64)
+		q.writeList(items, rev, "", 0)
+		return
+	}
+
+	atomic.AddInt64(&s.reads.EtcdList, 1)
+	var start string
+	var rev, notOlderThan int64
+	if p.cont != "" {
+		if p.rv != "" && p.rv != "0" {
+			q.fail(errBadRequest("specifying resource version is not allowed when using continue"))
+			return
+		}
+		raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(p.cont, "="))
+		var tok continueToken
+		if err != nil {
+			q.fail(errBadRequest(fmt.Sprintf("invalid continue token: continue key is not valid: %v", err)))
+			return
+		}
+		if json.Unmarshal(raw, &tok) != nil || tok.APIVersion != "meta.k8s.io/v1" {
+			q.fail(errBadRequest("invalid continue token: continue key is not valid: server does not recognize this encoded version"))
+			return
+		}
+		if tok.ResourceVersion == 0 {
+			q.fail(errBadRequest("invalid continue token: continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))
+			return
+		}
+		start, rev = prefix+strings.TrimPrefix(tok.StartKey, "/"), tok.ResourceVersion
+	} else if p.rv != "" && p.rv != "0" {
+		n, _ := strconv.ParseInt(p.rv, 10, 64)
+		switch {
+		case p.rvMatch == "NotOlderThan":
+			notOlderThan = n
+		case p.rvMatch == "Exact" || p.limit > 0:
+			rev = n
+		}
 	}
 	items, rev, next, remaining, err := s.st.listPage(q.ctx(), prefix, start, rev, p.limit, p.match)
 	if err == rpctypes.ErrCompacted {
@@ -253,11 +375,19 @@ func (s *apiServer) handleList(q *restRequest) {
 		q.fail(errInternal(err))
 		return
 	}
+	if notOlderThan > rev {
+		q.fail(errTooLargeRV(notOlderThan, rev))
+		return
+	}
 	cont := ""
 	if next != "" {
 		b, _ := json.Marshal(continueToken{"meta.k8s.io/v1", rev, strings.TrimPrefix(next, prefix)})
 		cont = base64.RawURLEncoding.EncodeToString(b)
 	}
+	q.writeList(items, rev, cont, remaining)
+}
+
+func (q *restRequest) writeList(items []object, rev int64, cont string, remaining int64) {
 	rvs := strconv.FormatInt(rev, 10)
 	if tv, ok := wantsTable(q.r); ok {
 		writeRaw(q.w, q.r, http.StatusOK, tableContentType(tv), encodeTable(q.rd, q.r, tv, items, rvs, cont))
@@ -432,6 +562,9 @@ func (s *apiServer) guaranteedUpdate(q *restRequest, mutate func(cur object, cur
 		if pinned && metaString(next, "resourceVersion") != strconv.FormatInt(curRev, 10) {
 			return nil, errConflictFor(q.rd, q.info.name)
 		}
+		if err := validateNoNewFinalizers(q.rd, cur, next); err != nil {
+			return nil, err
+		}
 		metadataOf(next)["resourceVersion"] = strconv.FormatInt(curRev, 10)
 		// A write that changes nothing is not written (GuaranteedUpdate compares the bytes):
 		// the client gets the stored object back, resourceVersion unchanged.
@@ -463,6 +596,31 @@ func (s *apiServer) guaranteedUpdate(q *restRequest, mutate func(cur object, cur
 		metadataOf(next)["resourceVersion"] = strconv.FormatInt(rev, 10)
 		return next, nil
 	}
+}
+
+// validateNoNewFinalizers is ValidateObjectMetaUpdate's rule for objects being deleted:
+// finalizers can be removed, not added.
+func validateNoNewFinalizers(rd *resourceDef, old, next object) error {
+	if metaString(old, "deletionTimestamp") == "" {
+		return nil
+	}
+	had := map[string]bool{}
+	for _, f := range finalizersOf(old) {
+		had[fmt.Sprint(f)] = true
+	}
+	var extra []string
+	for _, f := range finalizersOf(next) {
+		if s := fmt.Sprint(f); !had[s] {
+			extra = append(extra, s)
+			had[s] = true
+		}
+	}
+	if len(extra) == 0 {
+		return nil
+	}
+	sort.Strings(extra)
+	return errInvalid(rd, metaString(old, "name"), "metadata.finalizers", "Forbidden",
+		fmt.Sprintf("no new finalizers can be added if the object is being deleted, found new finalizers %#v", extra))
 }
 
 func (s *apiServer) handleUpdate(q *restRequest) {
@@ -692,9 +850,15 @@ func (s *apiServer) deleteObject(q *restRequest, name string, opts *deleteOption
 			if metaString(cur, "deletionTimestamp") != "" {
 				return cur, false, nil // already being deleted: nothing changes
 			}
+			// markAsDeleting: deletionTimestamp now, grace period 0, and generation bumped for
+			// types that track it (the object's spec is, in effect, "deleted").
 			next := deepCopy(cur).(map[string]interface{})
-			metadataOf(next)["deletionTimestamp"] = nowTimestamp()
-			metadataOf(next)["deletionGracePeriodSeconds"] = json.Number("0")
+			meta := metadataOf(next)
+			meta["deletionTimestamp"] = nowTimestamp()
+			meta["deletionGracePeriodSeconds"] = json.Number("0")
+			if g, err := strconv.ParseInt(fmt.Sprint(meta["generation"]), 10, 64); err == nil && g > 0 {
+				meta["generation"] = json.Number(strconv.FormatInt(g+1, 10))
+			}
 			rev, err := s.st.update(q.ctx(), key, next, curRev)
 			if err == errConflict {
 				continue

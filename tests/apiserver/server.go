@@ -1,13 +1,15 @@
 package main
 
 // The handler chain, in the apiserver's order where it shows on the wire:
-// Cache-Control and Audit-Id (set before authentication, so a 401 carries them), bearer
-// token authentication (401 before APF, so a 401 has no X-Kubernetes-PF-* headers),
-// APF classification headers, then routing to discovery or the REST handlers.
+// Cache-Control and Audit-Id (set before authentication, so a 401 carries them),
+// authentication (client certificate, then bearer token: auth.go; 401 before APF, so a 401
+// has no X-Kubernetes-PF-* headers), API Priority and Fairness (apf.go: classification
+// headers, then a seat or a 429), then routing to discovery or the REST handlers.
 
 import (
 	"net/http"
 	"strings"
+	"time"
 )
 
 type apiServer struct {
@@ -15,58 +17,24 @@ type apiServer struct {
 	signer  *tokenSigner
 	counts  *requestCounts
 	address string // host:port advertised in /api's serverAddressByClientCIDRs
+
+	x509  *x509Authenticator // nil without --client-ca-file
+	apf   *apfController
+	cache *watchCache // nil: every read goes to etcd
+	// testDelays: honour the X-Stormwatch-Test-Delay request header (a Go duration, at most
+	// 60 s), slept while holding the APF seat. Test-only (--test-delays), to make requests slow.
+	testDelays bool
+	reads      readCounts
+}
+
+// readCounts says where reads were served from (the test oracle for the LIST semantics:
+// resourceVersion="" from etcd, "0" from the watch cache), at /debug/storage.
+type readCounts struct {
+	EtcdList, CacheList, EtcdGet, CacheGet int64
 }
 
 func newAPIServer(st *store, signer *tokenSigner, counts *requestCounts, address string) *apiServer {
 	return &apiServer{st: st, signer: signer, counts: counts, address: address}
-}
-
-// ---- API Priority and Fairness headers ----
-//
-// kube-apiserver answers every authenticated request (exempt ones and 429s included) with the
-// UIDs of the FlowSchema that matched and of its PriorityLevelConfiguration. The UIDs are
-// random per cluster; here they are fixed, in this one table, and the matching follows the
-// 1.28 suggested configuration for the identities this server can authenticate.
-// (A later task grows real APF with concurrency limits and 429s.)
-
-type apfLevel struct{ name, uid string }
-type apfSchema struct {
-	name, uid string
-	level     apfLevel
-}
-
-var (
-	plExempt        = apfLevel{"exempt", "5c8f9bde-7c4a-4a4b-9b4f-3a7d2b0e1c01"}
-	plWorkloadHigh  = apfLevel{"workload-high", "5c8f9bde-7c4a-4a4b-9b4f-3a7d2b0e1c02"}
-	plWorkloadLow   = apfLevel{"workload-low", "5c8f9bde-7c4a-4a4b-9b4f-3a7d2b0e1c03"}
-	plGlobalDefault = apfLevel{"global-default", "5c8f9bde-7c4a-4a4b-9b4f-3a7d2b0e1c04"}
-
-	fsExempt                    = apfSchema{"exempt", "8a1f3c2e-2b9d-4e57-a0c6-6f0d9e1b2a01", plExempt}
-	fsProbes                    = apfSchema{"probes", "8a1f3c2e-2b9d-4e57-a0c6-6f0d9e1b2a02", plExempt}
-	fsKubeSystemServiceAccounts = apfSchema{"kube-system-service-accounts", "8a1f3c2e-2b9d-4e57-a0c6-6f0d9e1b2a03", plWorkloadHigh}
-	fsServiceAccounts           = apfSchema{"service-accounts", "8a1f3c2e-2b9d-4e57-a0c6-6f0d9e1b2a04", plWorkloadLow}
-	fsGlobalDefault             = apfSchema{"global-default", "8a1f3c2e-2b9d-4e57-a0c6-6f0d9e1b2a05", plGlobalDefault}
-)
-
-func classifyAPF(r *http.Request, u *userInfo) apfSchema {
-	switch r.URL.Path {
-	case "/healthz", "/livez", "/readyz":
-		return fsProbes
-	}
-	for _, g := range u.Groups {
-		switch g {
-		case "system:masters":
-			return fsExempt
-		case "system:serviceaccounts:kube-system":
-			return fsKubeSystemServiceAccounts
-		}
-	}
-	for _, g := range u.Groups {
-		if g == "system:serviceaccounts" {
-			return fsServiceAccounts
-		}
-	}
-	return fsGlobalDefault
 }
 
 // ---- entry point ----
@@ -84,14 +52,7 @@ func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatusError(rec, r, errUnauthorized)
 	} else {
 		client = u.Name
-		fs := classifyAPF(r, u)
-		h.Set("X-Kubernetes-Pf-Flowschema-Uid", fs.uid)
-		h.Set("X-Kubernetes-Pf-Prioritylevel-Uid", fs.level.uid)
-		if info.isResourceRequest {
-			s.serveResource(rec, r, info, u)
-		} else {
-			s.serveNonResource(rec, r)
-		}
+		s.serveWithAPF(rec, r, info, u)
 	}
 
 	key := countKey{Client: client, Verb: info.metricVerb(r), Scope: info.scope(), Code: rec.status(), Proto: r.Proto}
@@ -101,18 +62,35 @@ func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.counts.add(key)
 }
 
-// authenticate returns nil for a missing or invalid bearer token: this server runs like an
-// apiserver with --anonymous-auth=false, where both get 401.
-func (s *apiServer) authenticate(r *http.Request) *userInfo {
-	auth := strings.TrimSpace(r.Header.Get("Authorization"))
-	if len(auth) < 7 || !strings.EqualFold(auth[:7], "bearer ") {
-		return nil
+// serveWithAPF classifies the request, sets the X-Kubernetes-PF-* headers, and serves it in a
+// seat of its priority level, or answers 429 when APF rejects it.
+func (s *apiServer) serveWithAPF(rec *statusRecorder, r *http.Request, info *requestInfo, u *userInfo) {
+	fs, pl, hash := s.apf.classify(info, u)
+	h := rec.Header()
+	h.Set("X-Kubernetes-Pf-Flowschema-Uid", fs.uid)
+	h.Set("X-Kubernetes-Pf-Prioritylevel-Uid", pl.pl.uid)
+	release := pl.acquire(r.Context(), hash, s.apf.cfg.waitLimit)
+	if release == nil {
+		writeTooManyRequests(rec, s.apf.cfg.retryAfterSec)
+		return
 	}
-	u, err := s.signer.verify(strings.TrimSpace(auth[7:]))
-	if err != nil {
-		return nil
+	defer release()
+	if info.isResourceRequest && info.verb == "watch" {
+		rec.onHeader = release // a watch leaves APF once it is established
 	}
-	return u
+	if s.testDelays {
+		if d, err := time.ParseDuration(r.Header.Get("X-Stormwatch-Test-Delay")); err == nil && d > 0 && d <= time.Minute {
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+			}
+		}
+	}
+	if info.isResourceRequest {
+		s.serveResource(rec, r, info, u)
+	} else {
+		s.serveNonResource(rec, r)
+	}
 }
 
 func (s *apiServer) serveNonResource(w http.ResponseWriter, r *http.Request) {
@@ -155,6 +133,10 @@ func (s *apiServer) serveResource(w http.ResponseWriter, r *http.Request, info *
 	rd := findResource(info.group, info.version, info.resource)
 	if rd == nil {
 		writeStatusError(w, r, errNotFoundPath)
+		return
+	}
+	if rd.readOnly && info.verb != "get" && info.verb != "list" && info.verb != "watch" {
+		writeStatusError(w, r, errMethodNotAllowed())
 		return
 	}
 	// Routes that do not exist for this resource's scope are 404s, as in the go-restful

@@ -28,6 +28,7 @@ func (e *statusError) body() []byte {
 		Kind   string      `json:"kind,omitempty"`
 		UID    string      `json:"uid,omitempty"`
 		Causes interface{} `json:"causes,omitempty"`
+		Retry  int         `json:"retryAfterSeconds,omitempty"`
 	}
 	type status struct {
 		Kind       string            `json:"kind"`
@@ -47,6 +48,7 @@ func (e *statusError) body() []byte {
 		d.Group, _ = e.details["group"].(string)
 		d.Kind, _ = e.details["kind"].(string)
 		d.Causes = e.details["causes"]
+		d.Retry, _ = e.details["retryAfterSeconds"].(int)
 		s.Details = d
 	}
 	b, _ := json.Marshal(s)
@@ -75,17 +77,40 @@ func errBadRequest(msg string) *statusError {
 	return &statusError{400, "BadRequest", msg, nil}
 }
 
-// errInvalid is a 422 for a field error, e.g. `DataJob.batch.company.com "" is invalid:
+// fieldErr is one field.Error: its path, type ("Required value", "Forbidden", ...) and detail.
+type fieldErr struct{ field, errType, detail string }
+
+// causeReasons maps a field.ErrorType's string to its CauseType.
+var causeReasons = map[string]string{
+	"Required value": "FieldValueRequired", "Invalid value": "FieldValueInvalid", "Forbidden": "FieldValueForbidden",
+	"Unsupported value": "FieldValueNotSupported", "Duplicate value": "FieldValueDuplicate", "Not found": "FieldValueNotFound",
+}
+
+// errInvalidFields is apierrors.NewInvalid: `Kind.group "name" is invalid: field: Type: detail`,
+// several errors bracketed and comma-separated.
+func errInvalidFields(kind, group, name string, errs []fieldErr) *statusError {
+	qualifiedKind := kind
+	if group != "" {
+		qualifiedKind = kind + "." + group
+	}
+	var msgs []string
+	var causes []map[string]string
+	for _, e := range errs {
+		msgs = append(msgs, fmt.Sprintf("%s: %s: %s", e.field, e.errType, e.detail))
+		causes = append(causes, map[string]string{"reason": causeReasons[e.errType], "message": e.errType + ": " + e.detail, "field": e.field})
+	}
+	msg := msgs[0]
+	if len(msgs) > 1 {
+		msg = "[" + strings.Join(msgs, ", ") + "]"
+	}
+	return &statusError{422, "Invalid", fmt.Sprintf("%s %q is invalid: %s", qualifiedKind, name, msg),
+		map[string]interface{}{"name": name, "group": group, "kind": kind, "causes": causes}}
+}
+
+// errInvalid is a 422 for one field error, e.g. `DataJob.batch.company.com "" is invalid:
 // metadata.name: Required value: name or generateName is required`.
 func errInvalid(rd *resourceDef, name, field, errType, detail string) *statusError {
-	qualifiedKind := rd.kind
-	if rd.group != "" {
-		qualifiedKind = rd.kind + "." + rd.group
-	}
-	return &statusError{422, "Invalid",
-		fmt.Sprintf("%s %q is invalid: %s: %s: %s", qualifiedKind, name, field, errType, detail),
-		map[string]interface{}{"name": name, "group": rd.group, "kind": rd.kind,
-			"causes": []map[string]string{{"reason": "Field" + strings.ReplaceAll(errType, " ", ""), "message": errType + ": " + detail, "field": field}}}}
+	return errInvalidFields(rd.kind, rd.group, name, []fieldErr{{field, errType, detail}})
 }
 
 func errMethodNotAllowed() *statusError {
@@ -113,6 +138,10 @@ func writeStatusError(w http.ResponseWriter, r *http.Request, err error) {
 	se, ok := err.(*statusError)
 	if !ok {
 		se = errInternal(err)
+	}
+	// A retry period in the details is also a Retry-After header (responsewriters.ErrorNegotiated).
+	if n, ok := se.details["retryAfterSeconds"].(int); ok && n > 0 {
+		w.Header().Set("Retry-After", fmt.Sprint(n))
 	}
 	// An empty details map renders as "details":{}, as in the NotFound handler's body.
 	writeRaw(w, r, se.code, "application/json", se.body())

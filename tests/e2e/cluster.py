@@ -8,7 +8,9 @@
 
 Everything lives in a fresh temporary directory: a CA and certificates made with the openssl
 CLI (etcd serving, apiserver-to-etcd client, apiserver serving with SAN 127.0.0.1/localhost),
-the service-account signing key, etcd's data dir, logs, tokens and kubeconfigs. Every listener
+the service-account signing key, client certificates (the CA is also the apiserver's
+--client-ca-file: an admin certificate CN=kubernetes-admin O=system:masters is made at start,
+client_cert() makes more), etcd's data dir, logs, tokens and kubeconfigs. Every listener
 binds to 127.0.0.1. The apiserver binary is copied to TMP/bin/kube-apiserver because the agent
 finds its targets by process name. Processes started here are stopped by their pid in stop(),
 which also runs when start-up fails.
@@ -72,9 +74,15 @@ class ClusterError(RuntimeError):
     pass
 
 
+def _dn_escape(value):
+    """Escapes a value for openssl's -subj (/ and + separate RDNs and attributes, \\ escapes)."""
+    return value.replace("\\", "\\\\").replace("/", "\\/").replace("+", "\\+")
+
+
 class Cluster:
-    def __init__(self, apiserver_bin=None, operator_bin=None, keep_tmp=None):
+    def __init__(self, apiserver_bin=None, operator_bin=None, keep_tmp=None, apiserver_args=()):
         go_out = default_go_out()
+        self.apiserver_args = list(apiserver_args)  # extra flags appended to the apiserver's command line
         self.apiserver_src = apiserver_bin or os.path.join(go_out, "test-apiserver")
         self.kubectl_bin = resolve_kubectl()
         self.operator_bin = operator_bin or os.path.join(go_out, "runaway-operator")
@@ -90,6 +98,11 @@ class Cluster:
         self.debug_url = None
         self.ca_file = None
         self.etcd_url = None
+        # The kubeadm-style admin identity: a client certificate CN=kubernetes-admin,
+        # O=system:masters (APF: FlowSchema exempt, priority level exempt).
+        self.admin_cert = None
+        self.admin_key = None
+        self.admin_kubeconfig = None
 
     # ---- lifecycle ----
 
@@ -119,6 +132,8 @@ class Cluster:
         self._make_pki()
         self._start_etcd()
         self._start_apiserver()
+        self.admin_cert, self.admin_key = self.client_cert("kubernetes-admin", ["system:masters"])
+        self.admin_kubeconfig = self.kubeconfig_cert(self.admin_cert, self.admin_key)
 
     def stop(self):
         """Stops every process started here (by pid), then removes the temp dir."""
@@ -167,12 +182,14 @@ class Cluster:
         subprocess.run(["openssl", *args], check=True, cwd=self._path("pki"),
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
-    def _issue(self, name, cn, ext_lines):
+    def _issue(self, name, cn, ext_lines, orgs=()):
         ext = self._path("pki", f"{name}.ext")
         with open(ext, "w") as f:
             f.write("\n".join(ext_lines) + "\n")
+        # Subject as kubeadm writes it: the O values first, then CN (each O is one group).
+        subj = "".join(f"/O={_dn_escape(o)}" for o in orgs) + f"/CN={_dn_escape(cn)}"
         self._openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
-                      "-out", f"{name}.csr", "-subj", f"/CN={cn}")
+                      "-out", f"{name}.csr", "-subj", subj)
         self._openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
                       "-CAcreateserial", "-days", "2", "-sha256", "-out", f"{name}.crt", "-extfile", ext)
 
@@ -231,6 +248,8 @@ class Cluster:
             "--etcd-keyfile", f"{pki}/apiserver-etcd-client.key",
             "--sa-signing-key", self.sa_key,
             "--debug-listen", f"127.0.0.1:{dport}",
+            "--client-ca-file", f"{pki}/ca.crt",
+            *self.apiserver_args,
         ], "apiserver.log")
         self.apiserver_pid = self.apiserver.pid
         ctx = ssl.create_default_context(cafile=self.ca_file)
@@ -295,6 +314,32 @@ class Cluster:
             json.dump(cfg, f, indent=2)
         return path
 
+    def client_cert(self, cn, orgs=()):
+        """Issues a client certificate (CN=cn, one O per group in orgs) from the cluster CA, which
+        the apiserver trusts (--client-ca-file). Returns (cert path, key path)."""
+        name = "client-" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in cn)
+        n, base = 1, name
+        while os.path.exists(self._path("pki", name + ".crt")):
+            n += 1
+            name = f"{base}-{n}"
+        self._issue(name, cn, ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment",
+                               "extendedKeyUsage=clientAuth"], orgs=orgs)
+        return self._path("pki", name + ".crt"), self._path("pki", name + ".key")
+
+    def kubeconfig_cert(self, cert, key):
+        """A kubeconfig for the server that authenticates with a client certificate."""
+        name = os.path.basename(cert).rsplit(".", 1)[0]
+        path = self._path("kubeconfigs", name + ".yaml")
+        cfg = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": self.base_url, "certificate-authority": self.ca_file}}],
+            "users": [{"name": name, "user": {"client-certificate": cert, "client-key": key}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": name, "namespace": "default"}}],
+        }
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=2)
+        return path
+
     def kubectl(self, *args, kubeconfig, input=None, timeout=60, check=False):
         """Runs the real kubectl (see resolve_kubectl). Each kubeconfig gets its own discovery cache dir, so the
         requests one identity makes do not depend on what another identity did before."""
@@ -307,6 +352,17 @@ class Cluster:
         """The server's request counts: a list of dicts (client, verb, group, version, resource,
         subresource, scope, code, proto, count)."""
         with urllib.request.urlopen(self.debug_url + "/debug/counts", timeout=5) as r:
+            return json.load(r)
+
+    def server_apf(self):
+        """The server's APF state: {"priorityLevels": {name: {uid, exempt, limit, executing, waiting,
+        rejected}}, "flowSchemas": {name: {uid, priorityLevel, matchingPrecedence}}}."""
+        with urllib.request.urlopen(self.debug_url + "/debug/apf", timeout=5) as r:
+            return json.load(r)
+
+    def server_storage(self):
+        """Where the server's reads were served from: {"etcdList", "cacheList", "etcdGet", "cacheGet"}."""
+        with urllib.request.urlopen(self.debug_url + "/debug/storage", timeout=5) as r:
             return json.load(r)
 
     def server_writers(self):

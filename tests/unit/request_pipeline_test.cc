@@ -119,6 +119,10 @@ TEST_F(PipelineTest, CountsWithApiserverLabelsAndNamesTheLoop) {
   EXPECT_NE(m.find(R"(stormwatch_requests_total{client="system:serviceaccount:datajobs-system:datajob-operator",code="409",group="batch.company.com",resource="datajobs",scope="resource",subresource="",verb="PUT",version="v1"} 100)"), std::string::npos) << m;
   EXPECT_NE(m.find(R"(stormwatch_requests_total{client="system:serviceaccount:datajobs-system:datajob-operator",code="200",group="batch.company.com",resource="datajobs",scope="resource",subresource="",verb="GET",version="v1"} 1000)"), std::string::npos) << m;
   EXPECT_NE(m.find(R"(stormwatch_requests_total{client="system:serviceaccount:default:ops-engineer",code="200",group="batch.company.com",resource="datajobs",scope="namespace",subresource="",verb="LIST",version="v1"} 10)"), std::string::npos) << m;
+  // The person's LISTs by cost shape; latency per verb and resource (1 ms each here).
+  EXPECT_NE(m.find(R"(stormwatch_list_requests_total{client="system:serviceaccount:default:ops-engineer",consistency="consistent",group="batch.company.com",paginated="true",resource="datajobs",scope="namespace"} 10)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_request_duration_seconds_count{group="batch.company.com",resource="datajobs",verb="PUT"} 1000)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_request_duration_seconds_bucket{group="batch.company.com",resource="datajobs",verb="PUT",le="0.005"} 1000)"), std::string::npos) << m;
   // No token, no claim payload anywhere in what is exported.
   EXPECT_EQ(m.find(operator_token.substr(0, 20)), std::string::npos);
 

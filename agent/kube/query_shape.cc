@@ -1,0 +1,64 @@
+#include "agent/kube/query_shape.h"
+
+#include <charconv>
+
+#include "agent/kube/request_info.h"
+
+namespace stormwatch {
+namespace {
+
+int64_t ToInt(const std::optional<std::string>& v) {
+  if (!v) return 0;
+  int64_t n = 0;
+  std::from_chars(v->data(), v->data() + v->size(), n);
+  return n;
+}
+
+}  // namespace
+
+QueryShape ParseQueryShape(const RequestInfo& info, std::string_view path_and_query) {
+  QueryShape s;
+  if (info.verb != "list" && info.verb != "watch" && info.verb != "get") return s;
+  auto rv = QueryParam(path_and_query, "resourceVersion");
+  auto match = QueryParam(path_and_query, "resourceVersionMatch");
+  auto cont = QueryParam(path_and_query, "continue");
+  s.continued = cont && !cont->empty();
+  s.limit = ToInt(QueryParam(path_and_query, "limit"));
+  s.paginated = s.limit > 0;
+  s.label_selector = !info.label_selector.empty();
+  s.field_selector = !info.field_selector.empty();
+  if (auto sie = QueryParam(path_and_query, "sendInitialEvents")) s.send_initial_events = QueryBool(*sie);
+  s.timeout_seconds = ToInt(QueryParam(path_and_query, "timeoutSeconds"));
+
+  using C = QueryShape::Consistency;
+  if (s.continued) {
+    s.consistency = C::kExact;  // the page is read at the token's resourceVersion
+  } else if (!rv || rv->empty()) {
+    s.consistency = C::kConsistent;
+  } else if (*rv == "0") {
+    s.consistency = C::kAny;
+  } else if (match && *match == "Exact") {
+    s.consistency = C::kExact;
+  } else {
+    // NotOlderThan, or a plain RV: a GET/LIST at least that new, a WATCH from that point.
+    s.consistency = C::kNotOlderThan;
+  }
+  return s;
+}
+
+const char* ConsistencyName(QueryShape::Consistency c) {
+  switch (c) {
+    case QueryShape::Consistency::kConsistent: return "consistent";
+    case QueryShape::Consistency::kAny: return "any";
+    case QueryShape::Consistency::kExact: return "exact";
+    case QueryShape::Consistency::kNotOlderThan: return "not_older_than";
+    default: return "";
+  }
+}
+
+bool IsConsistentUnpaginatedClusterList(const RequestRecord& r) {
+  return r.info.verb == "list" && r.info.namespace_.empty() && !r.shape.paginated &&
+         r.shape.consistency == QueryShape::Consistency::kConsistent;
+}
+
+}  // namespace stormwatch

@@ -1,0 +1,433 @@
+"""The chart, rendered by tools/helm-render for the default values and every variant in
+helm/stormwatch/ci/, checked without a cluster:
+
+- every object validates against the Kubernetes 1.28 OpenAPI / Prometheus Operator CRD schemas
+  in ../shared/schemas (unknown fields are errors), plus the API server's name/label checks;
+- the DaemonSet's security properties (not privileged, capabilities exactly as documented,
+  read-only root, hostPID, control-plane scheduling, probes, resources, seccomp);
+- labels, selectors and ports agree across DaemonSet, Service, ServiceMonitor/PodMonitor;
+- RBAC is limited to reading the APF objects;
+- the rendered agent flags are accepted by the agent binary itself;
+- one alert per storm of STORMS.md with its runbook, the agent health alerts, and the plain
+  rules file identical to the chart's;
+- the dashboard queries only metrics of the README's metrics contract.
+No privileges needed.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chart  # noqa: E402
+
+AGENT = os.path.join(chart.BUILD_DIR, "stormwatch")
+REQUIRED_CAPS = {"BPF", "PERFMON", "SYS_PTRACE"}
+# Documented in values.yaml (extraCapabilities): only for old kernels / unreadable binaries.
+JUSTIFIED_EXTRA_CAPS = {"SYS_RESOURCE", "DAC_READ_SEARCH"}
+STANDARD_LABELS = ("helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance",
+                   "app.kubernetes.io/version", "app.kubernetes.io/managed-by")
+
+
+def storms_of_storms_md():
+    with open(os.path.join(chart.SHARED, "STORMS.md")) as f:
+        return re.findall(r"^storm: `([a-z_]+)`(?: \(409s\) and `([a-z_]+)`)?", f.read(), re.M)
+
+
+def storm_names():
+    names = []
+    for a, b in storms_of_storms_md():
+        names += [n for n in (a, b) if n]
+    return names
+
+
+class Rendered:
+    """One variant, rendered once and shared by the tests."""
+    cache = {}
+
+    @classmethod
+    def get(cls, name, values_file):
+        if name not in cls.cache:
+            cls.cache[name] = chart.objects(chart.render(values_file))
+        return cls.cache[name]
+
+
+class ChartTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(chart.RENDERER):
+            raise AssertionError("missing %s (build the helm-render target)" % chart.RENDERER)
+        cls.schemas = chart.Schemas()
+        cls.variants = chart.variants()
+        with open(os.path.join(chart.CHART, "values.yaml")) as f:
+            cls.defaults = yaml.safe_load(f)
+
+    def each(self):
+        for name, values_file in self.variants:
+            values = dict(self.defaults)
+            if values_file:
+                with open(values_file) as f:
+                    values = _merge(values, yaml.safe_load(f) or {})
+            yield name, values, Rendered.get(name, values_file)
+
+    # ---- schemas ----
+
+    def test_every_object_validates_against_the_real_schemas(self):
+        total = 0
+        kinds = set()
+        for name, _, objs in self.each():
+            self.assertTrue(objs, name)
+            for o in objs:
+                errs = self.schemas.errors(o)
+                self.assertEqual(errs, [], "%s: %s %s" % (name, o.get("kind"), o["metadata"].get("name")))
+                total += 1
+                kinds.add(o["kind"])
+        print("\n%d objects in %d variants valid (%s)" % (total, len(self.variants), ", ".join(sorted(kinds))),
+              file=sys.stderr)
+        self.assertTrue({"DaemonSet", "ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                         "Service", "ServiceMonitor", "PodMonitor", "PrometheusRule"} <= kinds)
+
+    def test_the_validator_rejects_what_the_api_server_rejects(self):
+        objs = Rendered.get("default", None)
+        (ds,) = chart.find(objs, "DaemonSet")
+        def broken(mutate, obj=ds):
+            o = json.loads(json.dumps(obj))
+            mutate(o)
+            return self.schemas.errors(o)
+        c = lambda o: o["spec"]["template"]["spec"]["containers"][0]  # noqa: E731
+        self.assertTrue(broken(lambda o: c(o)["securityContext"].update(privilegd=False)))  # unknown field
+        self.assertTrue(broken(lambda o: c(o)["ports"][0].update(containerPort="9847")))   # wrong type
+        self.assertTrue(broken(lambda o: o["spec"].pop("selector")))                       # required
+        self.assertTrue(broken(lambda o: o["metadata"].update(name="Storm_Watch")))        # name syntax
+        self.assertTrue(broken(lambda o: c(o)["ports"].append(dict(c(o)["ports"][0]))))    # duplicate port
+        mon = chart.objects(chart.render(sets=["serviceMonitor.enabled=true"]))
+        (sm,) = chart.find(mon, "ServiceMonitor")
+        self.assertTrue(broken(lambda o: o["spec"]["endpoints"][0].update(interval="15 s"), sm))
+        self.assertTrue(broken(lambda o: o["spec"].update(endpoint=[]), sm))
+
+    # ---- the DaemonSet ----
+
+    def test_daemonset_security(self):
+        for name, values, objs in self.each():
+            with self.subTest(variant=name):
+                (ds,) = chart.find(objs, "DaemonSet")
+                pod = ds["spec"]["template"]["spec"]
+                (c,) = pod["containers"]
+                sc = c["securityContext"]
+                self.assertIs(pod.get("hostPID"), True)
+                self.assertFalse(pod.get("hostNetwork", False))
+                self.assertFalse(pod.get("hostIPC", False))
+                self.assertIs(sc.get("privileged"), False)
+                self.assertIs(sc.get("allowPrivilegeEscalation"), False)
+                self.assertIs(sc.get("readOnlyRootFilesystem"), True)
+                self.assertEqual(sc["capabilities"]["drop"], ["ALL"])
+                added = set(sc["capabilities"]["add"])
+                self.assertEqual(len(added), len(sc["capabilities"]["add"]), "duplicate capabilities")
+                self.assertTrue(REQUIRED_CAPS <= added, added)
+                self.assertTrue(added <= REQUIRED_CAPS | JUSTIFIED_EXTRA_CAPS, added - REQUIRED_CAPS)
+                self.assertEqual(added - REQUIRED_CAPS, set(values.get("extraCapabilities") or []))
+                self.assertNotIn("SYS_ADMIN", added)
+                # uid 0, or the added capabilities are not effective (no ambient capabilities).
+                self.assertEqual(pod["securityContext"]["runAsUser"], 0)
+                seccomp = sc.get("seccompProfile") or pod["securityContext"].get("seccompProfile")
+                self.assertIn(seccomp["type"], ("Unconfined", "Localhost", "RuntimeDefault"))
+                if seccomp["type"] == "Localhost":
+                    self.assertTrue(seccomp.get("localhostProfile"))
+                for v in pod.get("volumes", []):
+                    if "hostPath" in v:
+                        self.assertTrue(any(m["name"] == v["name"] and m.get("readOnly")
+                                            for m in c.get("volumeMounts", [])),
+                                        "hostPath %s must be mounted read-only" % v["name"])
+                for kind in ("requests", "limits"):
+                    self.assertTrue({"cpu", "memory"} <= set(c["resources"][kind]), kind)
+
+    def test_daemonset_defaults(self):
+        (ds,) = chart.find(Rendered.get("default", None), "DaemonSet")
+        pod = ds["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        self.assertEqual(set(c["securityContext"]["capabilities"]["add"]), REQUIRED_CAPS)
+        self.assertEqual(pod["securityContext"]["seccompProfile"], {"type": "Unconfined"})
+        self.assertEqual(pod["nodeSelector"], {"node-role.kubernetes.io/control-plane": ""})
+        taints = {(t["key"], t.get("effect")) for t in pod["tolerations"] if t.get("operator") == "Exists"}
+        self.assertEqual(taints, {("node-role.kubernetes.io/control-plane", "NoSchedule"),
+                                  ("node-role.kubernetes.io/master", "NoSchedule")})
+        self.assertEqual(pod["priorityClassName"], "system-node-critical")
+        self.assertFalse([v for v in pod["volumes"] if "hostPath" in v], "no hostPath by default")
+
+    def test_scheduling_is_overridable(self):
+        (ds,) = chart.find(Rendered.get("custom-scheduling", None), "DaemonSet")
+        pod = ds["spec"]["template"]["spec"]
+        self.assertEqual(pod["tolerations"], [{"operator": "Exists"}])
+        self.assertEqual(pod["nodeSelector"], {"node-role.kubernetes.io/master": ""})
+        self.assertNotIn("priorityClassName", pod)
+
+    def test_probes_and_ports_match_the_agent_flags(self):
+        for name, values, objs in self.each():
+            with self.subTest(variant=name):
+                (ds,) = chart.find(objs, "DaemonSet")
+                (c,) = ds["spec"]["template"]["spec"]["containers"]
+                ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+                flags = dict(a[2:].split("=", 1) for a in c["args"] if a.startswith("--") and "=" in a)
+                self.assertEqual(flags["metrics-address"], "0.0.0.0:%d" % ports["metrics"])
+                self.assertEqual(flags["health-address"], "0.0.0.0:%d" % ports["health"])
+                self.assertEqual(c["livenessProbe"]["httpGet"], {"path": "/healthz", "port": "health"})
+                self.assertEqual(c["readinessProbe"]["httpGet"], {"path": "/readyz", "port": "health"})
+                cfg = values["config"]
+                self.assertEqual(flags["target"], ",".join(cfg["targets"]))
+                self.assertEqual(int(flags["ring-buffer-bytes"]), cfg["capture"]["ring_buffer_bytes"])
+                ul = cfg["detectors"]["update_loop"]
+                self.assertEqual(float(flags["update-loop-object-rate"]), ul["object_rate"])
+                self.assertEqual(int(flags["update-loop-resolve"]), ul["resolve_s"])
+
+    def test_agent_accepts_the_rendered_flags(self):
+        """The agent parses every rendered flag (then --help makes it exit without attaching)."""
+        if not os.path.exists(AGENT):
+            self.fail("missing %s (build the stormwatch target)" % AGENT)
+        for name, _, objs in self.each():
+            with self.subTest(variant=name):
+                (ds,) = chart.find(objs, "DaemonSet")
+                (c,) = ds["spec"]["template"]["spec"]["containers"]
+                r = subprocess.run([AGENT, *c["args"], "--help"], capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 0, "%s rejects %s: %s" % (AGENT, c["args"], r.stderr))
+
+    def test_config_file_is_mounted_and_matches_values(self):
+        for name, values, objs in self.each():
+            with self.subTest(variant=name):
+                (ds,) = chart.find(objs, "DaemonSet")
+                cms = {o["metadata"]["name"]: o for o in chart.find(objs, "ConfigMap")}
+                pod = ds["spec"]["template"]["spec"]
+                (vol,) = [v for v in pod["volumes"] if v["name"] == "config"]
+                cm = cms[vol["configMap"]["name"]]
+                self.assertEqual(yaml.safe_load(cm["data"]["config.yaml"]), values["config"])
+                (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "config"]
+                self.assertEqual(mount["mountPath"], "/etc/stormwatch")
+                self.assertIn("checksum/config", ds["spec"]["template"]["metadata"]["annotations"])
+        args = chart.find(chart.objects(chart.render(sets=["agent.useConfigFile=true"])),
+                          "DaemonSet")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+        self.assertIn("--config=/etc/stormwatch/config.yaml", args)
+
+    def test_config_change_rolls_the_pods(self):
+        a = chart.find(Rendered.get("default", None), "DaemonSet")[0]
+        b = chart.find(chart.objects(chart.render(sets=["config.detectors.list_storm.list_rate=9"])), "DaemonSet")[0]
+        key = "checksum/config"
+        self.assertNotEqual(a["spec"]["template"]["metadata"]["annotations"][key],
+                            b["spec"]["template"]["metadata"]["annotations"][key])
+
+    # ---- labels, selectors, monitoring objects ----
+
+    def test_labels_and_selectors(self):
+        for name, values, objs in self.each():
+            with self.subTest(variant=name):
+                for o in objs:
+                    labels = o["metadata"].get("labels", {})
+                    for k in STANDARD_LABELS:
+                        self.assertIn(k, labels, "%s %s" % (o["kind"], o["metadata"]["name"]))
+                (ds,) = chart.find(objs, "DaemonSet")
+                pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+                (c,) = ds["spec"]["template"]["spec"]["containers"]
+                port_names = {p["name"] for p in c["ports"]}
+                services = chart.find(objs, "Service")
+                for svc in services:
+                    self.assertTrue(set(svc["spec"]["selector"].items()) <= set(pod_labels.items()))
+                    self.assertEqual(svc["spec"].get("clusterIP"), values["service"]["clusterIP"] or None)
+                    for p in svc["spec"]["ports"]:
+                        self.assertIn(p["targetPort"], port_names)
+                for sm in chart.find(objs, "ServiceMonitor"):
+                    (svc,) = services
+                    self.assertTrue(set(sm["spec"]["selector"]["matchLabels"].items())
+                                    <= set(svc["metadata"]["labels"].items()))
+                    self.assertEqual(sm["spec"]["namespaceSelector"]["matchNames"], [svc["metadata"]["namespace"]])
+                    self.assertIn(sm["spec"]["endpoints"][0]["port"], {p["name"] for p in svc["spec"]["ports"]})
+                    self.assertIn(sm["spec"]["jobLabel"], svc["metadata"]["labels"])
+                    for k, v in values["serviceMonitor"]["additionalLabels"].items():
+                        self.assertEqual(sm["metadata"]["labels"][k], v)
+                    self.assertIn({"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node",
+                                   "action": "replace"}, sm["spec"]["endpoints"][0]["relabelings"])
+                for pm in chart.find(objs, "PodMonitor"):
+                    self.assertTrue(set(pm["spec"]["selector"]["matchLabels"].items()) <= set(pod_labels.items()))
+                    self.assertIn(pm["spec"]["podMetricsEndpoints"][0]["port"], port_names)
+                    self.assertIn(pm["spec"]["jobLabel"], pod_labels)
+                for pr in chart.find(objs, "PrometheusRule"):
+                    for k, v in values["prometheusRule"]["additionalLabels"].items():
+                        self.assertEqual(pr["metadata"]["labels"][k], v)
+                for cm in chart.find(objs, "ConfigMap"):
+                    if "stormwatch.json" in cm["data"]:
+                        self.assertEqual(cm["metadata"]["labels"][values["dashboards"]["label"]],
+                                         values["dashboards"]["labelValue"])
+                        json.loads(cm["data"]["stormwatch.json"])
+
+    def test_monitor_variants(self):
+        kinds = {name: {o["kind"] for o in objs} for name, _, objs in self.each()}
+        self.assertTrue({"ServiceMonitor", "PrometheusRule"} <= kinds["servicemonitor"])
+        self.assertIn("PodMonitor", kinds["podmonitor"])
+        self.assertNotIn("Service", kinds["podmonitor"])
+        self.assertFalse({"ServiceMonitor", "PodMonitor", "PrometheusRule"} & kinds["default"])
+        both = chart.render(sets=["serviceMonitor.enabled=true", "podMonitor.enabled=true"], check=False)
+        self.assertNotEqual(both.returncode, 0, "both monitors must be refused (double scrape)")
+        r = subprocess.run([chart.RENDERER, "--kube-version", "v1.26.0", chart.CHART], capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0, "kubeVersion >=1.27 not enforced")
+
+    def test_rbac_reads_only_apf_objects(self):
+        for name, values, objs in self.each():
+            with self.subTest(variant=name):
+                (ds,) = chart.find(objs, "DaemonSet")
+                sa_name = ds["spec"]["template"]["spec"]["serviceAccountName"]
+                roles = chart.find(objs, "ClusterRole")
+                if not values["rbac"]["create"]:
+                    self.assertEqual(roles, [])
+                    continue
+                (role,) = roles
+                self.assertEqual(role["rules"], [{
+                    "apiGroups": ["flowcontrol.apiserver.k8s.io"],
+                    "resources": ["flowschemas", "prioritylevelconfigurations"],
+                    "verbs": ["get", "list", "watch"]}])
+                self.assertEqual(chart.find(objs, "Role"), [])
+                (binding,) = chart.find(objs, "ClusterRoleBinding")
+                self.assertEqual(binding["roleRef"]["name"], role["metadata"]["name"])
+                self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount", "name": sa_name,
+                                                        "namespace": ds["metadata"]["namespace"]}])
+                sas = chart.find(objs, "ServiceAccount")
+                if values["serviceAccount"]["create"]:
+                    self.assertEqual([s["metadata"]["name"] for s in sas], [sa_name])
+
+    def test_notes_render(self):
+        for name, values_file in self.variants:
+            with self.subTest(variant=name):
+                notes = chart.render(values_file, notes=True)
+                self.assertIn("stormwatch_targets_attached", notes)
+                self.assertNotIn("<no value>", notes)
+
+    # ---- alerts ----
+
+    def test_one_alert_per_storm_with_runbook(self):
+        storms = storm_names()
+        self.assertEqual(len(storms), 8, storms)
+        spec = chart.rule_groups()
+        rules = [r for g in spec["groups"] for r in g["rules"]]
+        by_storm = {}
+        for r in rules:
+            m = re.search(r'stormwatch_storm_active\{storm="([a-z_]+)"\}', r["expr"])
+            if m:
+                by_storm.setdefault(m.group(1), []).append(r)
+                self.assertTrue(r["expr"].startswith("max by (storm, client, group, resource) ("), r["expr"])
+                self.assertIn("$labels.client", r["annotations"]["summary"] + r["annotations"]["description"])
+                if m.group(1) != "exempt_client":  # a property of the identity, not of a resource
+                    self.assertIn("$labels.resource", r["annotations"]["summary"] + r["annotations"]["description"])
+                self.assertIn("Fix:", r["annotations"]["description"])
+                self.assertTrue(r["annotations"]["runbook_url"].endswith("/%s.md" % m.group(1)))
+            self.assertIn(r["labels"]["severity"], ("critical", "warning", "info"))
+            url = r["annotations"]["runbook_url"]
+            page, _, anchor = url.rsplit("/", 1)[1].partition("#")
+            path = os.path.join(chart.RUNBOOKS, page)
+            self.assertTrue(os.path.exists(path), "runbook %s missing" % path)
+            if anchor:
+                with open(path) as f:
+                    headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+                                for h in re.findall(r"^#+ (.*)$", f.read(), re.M)}
+                self.assertIn(anchor, headings, url)
+        self.assertEqual(sorted(by_storm), sorted(storms))
+        self.assertTrue(all(len(v) == 1 for v in by_storm.values()))
+        exprs = " ".join(r["expr"] for r in rules)
+        for needle in ("stormwatch_targets_attached", 'status="refused"', "rate(stormwatch_capture_lost_total",
+                       "up{job=~", "absent(up{job=~"):
+            self.assertIn(needle, exprs)
+        print("\n%d alerts: %d storms + %d agent health" % (len(rules), len(by_storm), len(rules) - len(by_storm)),
+              file=sys.stderr)
+
+    def test_alert_values(self):
+        spec = chart.rule_groups(sets=["prometheusRule.alerts.StormwatchRelistChurn.enabled=false",
+                                       "prometheusRule.alerts.StormwatchUpdateLoop.severity=page",
+                                       "prometheusRule.alerts.StormwatchUpdateLoop.for=1m"])
+        rules = {r["alert"]: r for g in spec["groups"] for r in g["rules"]}
+        self.assertNotIn("StormwatchRelistChurn", rules)
+        self.assertEqual(rules["StormwatchUpdateLoop"]["labels"]["severity"], "page")
+        self.assertEqual(rules["StormwatchUpdateLoop"]["for"], "1m")
+        (_, values_file), = [v for v in self.variants if v[0] == "servicemonitor"]
+        spec = chart.rule_groups(values_file)
+        r = spec["groups"][0]["rules"][0]
+        self.assertTrue(r["expr"].startswith("max by (storm, client, group, resource, cluster) ("), r["expr"])
+        self.assertEqual(r["labels"]["team"], "platform")
+
+    def test_plain_rules_file_is_the_chart_rules(self):
+        with open(chart.RULES_FILE) as f:
+            text = f.read()
+        self.assertEqual(text, chart.dump_rules(chart.rule_groups()),
+                         "deploy/prometheus/stormwatch-rules.yaml is stale: run "
+                         "python3 tests/helm/chart.py write-rules")
+
+    # ---- dashboard ----
+
+    def test_dashboard_uses_only_exported_metrics(self):
+        exported = chart.exported_metrics()
+        self.assertIn("stormwatch_storm_active", exported)
+        with open(chart.DASHBOARD) as f:
+            dash = json.load(f)
+        self.assertEqual({v["name"] for v in dash["templating"]["list"]}, {"datasource", "cluster", "node", "client"})
+        exprs = chart.dashboard_exprs()
+        used = set()
+        for where, expr in exprs:
+            names = chart.metric_names(chart.grafana_expr(expr))
+            self.assertTrue(names, where)
+            self.assertTrue(names <= exported, "%s: %s not exported by the agent" % (where, names - exported))
+            used |= names
+        for needed in ("stormwatch_requests_total", "stormwatch_response_bytes_total", "stormwatch_storm_active",
+                       "stormwatch_storms_total", "stormwatch_capture_lost_total", "stormwatch_probe_hits_total",
+                       "stormwatch_targets_attached"):
+            self.assertIn(needed, used)
+        self.assertEqual(chart.metric_names('sum by (client) (rate(foo_total{a="b"}[5m])) / on(x) bar'),
+                         {"foo_total", "bar"})
+        print("\ndashboard: %d expressions over %d metrics" % (len(exprs), len(used)), file=sys.stderr)
+
+
+class ImageTest(unittest.TestCase):
+    """The Dockerfile cannot be built here (no docker); what it runs can be checked."""
+
+    def test_runtime_packages_of_the_agent(self):
+        if not os.path.exists(AGENT):
+            self.fail("missing %s (build the stormwatch target)" % AGENT)
+        r = subprocess.run(["bash", os.path.join(chart.REPO, "deploy", "runtime-packages.sh"), AGENT],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pkgs = dict(line.split("=", 1) for line in r.stdout.split())
+        for needed in ("libbpf1", "libelf1", "libcapstone4"):
+            self.assertIn(needed, pkgs)
+        for pkg, version in pkgs.items():
+            installed = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True, text=True)
+            self.assertEqual(installed.stdout, version, pkg)
+        print("\nimage runtime packages: %s" % " ".join(sorted(pkgs)), file=sys.stderr)
+
+    def test_dockerfile(self):
+        with open(os.path.join(chart.REPO, "Dockerfile")) as f:
+            text = f.read()
+        self.assertRegex(text, r"(?m)^FROM debian:bookworm AS build$")
+        self.assertRegex(text, r"(?m)^FROM debian:bookworm-slim$")
+        self.assertIn("RUN bash scripts/setup.sh", text)
+        self.assertIn("deploy/runtime-packages.sh", text)
+        with open(os.path.join(chart.CHART, "values.yaml")) as f:
+            agent = yaml.safe_load(f)["agent"]
+        self.assertIn("EXPOSE %d %d" % (agent["metricsPort"], agent["healthPort"]), text)
+        with open(os.path.join(chart.CHART, "Chart.yaml")) as f:
+            app_version = yaml.safe_load(f)["appVersion"]
+        if os.path.exists(AGENT):
+            out = subprocess.run([AGENT, "--version"], capture_output=True, text=True).stdout
+            self.assertIn(app_version, out, "Chart appVersion != agent --version")
+
+
+def _merge(a, b):
+    out = dict(a)
+    for k, v in b.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        elif v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
