@@ -52,6 +52,10 @@ std::string FormatAlertJson(const StormTransition& t, int64_t offset) {
   }
   if (!e.identity.pod_name.empty()) identity["pod"] = e.identity.pod_name;
   identity["user_agent"] = e.identity.user_agent;
+  if (!e.identity.component.empty()) {
+    identity["component"] = e.identity.component;
+    identity["component_version"] = e.identity.component_version;
+  }
 
   ordered_json top = ordered_json::array();
   for (const TopObject& o : e.top_objects) {

@@ -253,6 +253,16 @@ def exported_metrics(readme=os.path.join(REPO, "README.md")):
         return set(re.findall(r"^\| `(stormwatch_[a-z_]+)`", f.read(), re.M))
 
 
+def families(names, exported):
+    """Metric names -> metric family names: a histogram's _bucket/_sum/_count series belong to
+    the family the README (and `# TYPE`) names."""
+    out = set()
+    for n in names:
+        base = re.sub(r"_(bucket|sum|count)$", "", n)
+        out.add(base if base != n and base in exported else n)
+    return out
+
+
 GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h",
                 "${datasource}": "default", "$cluster": ".*", "$node": ".*", "$client": ".*"}
 

@@ -370,7 +370,7 @@ class ChartTest(unittest.TestCase):
         exprs = chart.dashboard_exprs()
         used = set()
         for where, expr in exprs:
-            names = chart.metric_names(chart.grafana_expr(expr))
+            names = chart.families(chart.metric_names(chart.grafana_expr(expr)), exported)
             self.assertTrue(names, where)
             self.assertTrue(names <= exported, "%s: %s not exported by the agent" % (where, names - exported))
             used |= names

@@ -143,6 +143,8 @@ TEST_F(PipelineTest, CountsWithApiserverLabelsAndNamesTheLoop) {
   EXPECT_EQ(doc["identity"]["service_account"]["name"], "datajob-operator");
   EXPECT_EQ(doc["identity"]["pod"], "op-7d9f");
   EXPECT_EQ(doc["identity"]["user_agent"], "datajob-operator/v1.4.2");
+  EXPECT_EQ(doc["identity"]["component"], "datajob-operator");
+  EXPECT_EQ(doc["identity"]["component_version"], "v1.4.2");
   EXPECT_EQ(doc["evidence"]["top_objects"][0]["name"], "nightly");
   EXPECT_EQ(doc["evidence"]["top_objects"][0]["namespace"], "etl");
   EXPECT_GE(doc["evidence"]["resource_writes_per_second"].get<double>(), 150.0);
