@@ -84,7 +84,11 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   TargetManager targets(probes->get(), target_options,
                         [&](const TargetStatus& t, bool present) {
                           PublishTargetChange(*exporter, t, present);
-                          if (!present) pipeline.ForgetProcess(t.process.pid);
+                          if (present) {
+                            pipeline.SetTargetRole(t.process.pid, RoleOfExecutable(t.process.name));
+                          } else {
+                            pipeline.ForgetProcess(t.process.pid);
+                          }
                         });
   targets.Refresh();
   exporter->SetTargetsAttached(targets.attached_count());

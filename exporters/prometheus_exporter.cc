@@ -23,6 +23,11 @@ PrometheusExporter::PrometheusExporter() : registry_(std::make_shared<prometheus
                 .Help("LIST requests by client and cost shape: consistency (consistent reads go "
                       "to etcd; any = resourceVersion=0 from the watch cache) and pagination.")
                 .Register(*registry_);
+  etcd_requests_ = &prometheus::BuildCounter()
+                        .Name("stormwatch_etcd_requests_total")
+                        .Help("Requests etcd served over its Go HTTP/2 server (gRPC), by method "
+                              "and HTTP status.")
+                        .Register(*registry_);
   duration_ = &prometheus::BuildHistogram()
                    .Name("stormwatch_request_duration_seconds")
                    .Help("Time from decoded request headers to the handler's end, by verb and "
@@ -100,6 +105,11 @@ void PrometheusExporter::CountList(const std::string& client, const std::string&
              .first;
   }
   it->second->Increment();
+}
+
+void PrometheusExporter::CountEtcdRequest(const std::string& method, const std::string& code) {
+  std::lock_guard lock(mu_);
+  etcd_requests_->Add({{"method", method}, {"code", code}}).Increment();
 }
 
 void PrometheusExporter::ObserveDuration(const std::string& verb, const std::string& group,

@@ -30,6 +30,8 @@ class PrometheusExporter {
   PrometheusExporter();
 
   void CountRequest(const RequestLabels& labels, uint64_t response_bytes);
+  // Requests etcd served (the apiserver's storage traffic), by gRPC method and HTTP status.
+  void CountEtcdRequest(const std::string& method, const std::string& code);
   // LISTs by how much they cost: consistent (etcd) or from the cache, paginated or not.
   void CountList(const std::string& client, const std::string& group, const std::string& resource,
                  const std::string& scope, const std::string& consistency, bool paginated);
@@ -57,6 +59,7 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Counter>* response_bytes_;
   prometheus::Family<prometheus::Counter>* lists_;
+  prometheus::Family<prometheus::Counter>* etcd_requests_;
   prometheus::Family<prometheus::Histogram>* duration_;
   prometheus::Family<prometheus::Gauge>* storm_active_;
   prometheus::Family<prometheus::Counter>* storms_total_;

@@ -53,8 +53,32 @@ void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
   }
 }
 
+TargetRole RoleOfExecutable(const std::string& name) {
+  return name == "etcd" ? TargetRole::kEtcd : TargetRole::kApiServer;
+}
+
+namespace {
+// gRPC paths are "/package.Service/Method"; anything else is folded so labels stay bounded.
+std::string GrpcMethodLabel(const std::string& path) {
+  if (path.size() > 96 || path.size() < 4 || path[0] != '/') return "other";
+  size_t slash = path.find('/', 1);
+  if (slash == std::string::npos || path.find_first_of("?/ ", slash + 1) != std::string::npos) {
+    return "other";
+  }
+  return path;
+}
+}  // namespace
+
+void RequestPipeline::OnEtcdRequest(const RequestRecord& r) {
+  exporter_->CountEtcdRequest(GrpcMethodLabel(r.path), std::to_string(r.status));
+}
+
 void RequestPipeline::OnRequest(RequestRecord& r) {
   ++stats_.requests;
+  if (auto role = roles_.find(r.pid); role != roles_.end() && role->second == TargetRole::kEtcd) {
+    OnEtcdRequest(r);
+    return;
+  }
   r.info = ParseRequestInfo(r.method, r.path);
   r.shape = ParseQueryShape(r.info, r.path);
   MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);

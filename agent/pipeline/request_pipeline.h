@@ -44,6 +44,12 @@ struct PipelineStats {
   uint64_t requests = 0;
 };
 
+// What a traced process is: its requests mean different things. kube-apiserver's requests are
+// the Kubernetes API (stormwatch_requests_total mirrors apiserver_request_total); etcd's
+// (gRPC over the same Go HTTP/2 server code) are the apiserver's storage reads and writes.
+enum class TargetRole { kApiServer, kEtcd };
+TargetRole RoleOfExecutable(const std::string& name);
+
 class RequestPipeline {
  public:
   using TransitionSink = std::function<void(const StormTransition&)>;
@@ -55,7 +61,11 @@ class RequestPipeline {
   void OnEvent(std::span<const uint8_t> bytes);
   // Once a second: expire stale requests, run detectors, publish loss counters.
   void Tick(int64_t now_ns);
-  void ForgetProcess(uint32_t tgid) { assembler_.ForgetProcess(tgid); }
+  void SetTargetRole(uint32_t tgid, TargetRole role) { roles_[tgid] = role; }
+  void ForgetProcess(uint32_t tgid) {
+    assembler_.ForgetProcess(tgid);
+    roles_.erase(tgid);
+  }
 
   const PipelineStats& stats() const { return stats_; }
   const RequestAssembler& assembler() const { return assembler_; }
@@ -63,6 +73,7 @@ class RequestPipeline {
 
  private:
   void OnRequest(RequestRecord& r);
+  void OnEtcdRequest(const RequestRecord& r);
 
   PrometheusExporter* exporter_;
   IdentityCache identities_;
@@ -70,6 +81,7 @@ class RequestPipeline {
   UpdateLoopDetector update_loop_;
   TransitionSink on_transition_;
   PipelineStats stats_;
+  std::unordered_map<uint32_t, TargetRole> roles_;  // by process; unknown = apiserver
 };
 
 }  // namespace stormwatch

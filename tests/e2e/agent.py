@@ -167,5 +167,6 @@ class Agent:
                 self.proc.wait()
         if self.proc:
             self._reader.join(timeout=5)
+            self.proc.stdout.close()
             self._stderr.close()
         return self.proc.returncode if self.proc else None

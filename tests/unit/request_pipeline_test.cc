@@ -161,6 +161,24 @@ TEST_F(PipelineTest, CountsWithApiserverLabelsAndNamesTheLoop) {
   EXPECT_NE(Metrics(exporter_).find(R"(storm="update_loop"} 0)"), std::string::npos);
 }
 
+TEST_F(PipelineTest, EtcdTrafficIsNotApiserverTraffic) {
+  pipeline_.SetTargetRole(42, RoleOfExecutable("etcd"));
+  pipeline_.OnEvent(RequestEvent(7, 1, 10, {{":method", "POST"}, {":path", "/etcdserverpb.KV/Range"},
+                                             {"content-type", "application/grpc"}}));
+  pipeline_.OnEvent(ResponseEvent(7, 1, 20, 200));
+  pipeline_.OnEvent(RequestEvent(7, 3, 30, {{":method", "POST"}, {":path", "/weird/a/b?x"}}));
+  pipeline_.OnEvent(ResponseEvent(7, 3, 40, 200));
+  std::string m = Metrics(exporter_);
+  EXPECT_NE(m.find(R"(stormwatch_etcd_requests_total{code="200",method="/etcdserverpb.KV/Range"} 1)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_etcd_requests_total{code="200",method="other"} 1)"), std::string::npos) << m;
+  EXPECT_EQ(m.find("stormwatch_requests_total{"), std::string::npos) << m;
+  // The process goes away; a new one with the same PID is an apiserver until told otherwise.
+  pipeline_.ForgetProcess(42);
+  Request("", "GET", "/api/v1/namespaces/a/pods/p", 50, 200, "kubectl/v1.32.4");
+  EXPECT_NE(Metrics(exporter_).find("stormwatch_requests_total{"), std::string::npos);
+  EXPECT_EQ(RoleOfExecutable("kube-apiserver"), TargetRole::kApiServer);
+}
+
 TEST_F(PipelineTest, UndecodableEventsAreCountedNotFatal) {
   std::vector<uint8_t> junk = {1, 2, 3};
   pipeline_.OnEvent(junk);

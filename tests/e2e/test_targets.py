@@ -1,0 +1,70 @@
+"""End to end, as root: which processes the agent attaches to, and what their requests mean.
+
+kube-apiserver's requests are counted in stormwatch_requests_total (exactly what the server
+handled); etcd serves the apiserver's gRPC through the same Go HTTP/2 server code, and those
+requests go to stormwatch_etcd_requests_total, never into the apiserver's series. With no
+flags the agent finds both by executable name.
+"""
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from agent import Agent, require_bpf_privileges  # noqa: E402
+from cluster import Cluster  # noqa: E402
+from test_update_loop import count_map, delta  # noqa: E402
+
+
+class TargetsEndToEnd(unittest.TestCase):
+    def setUp(self):
+        require_bpf_privileges(self)
+        self.cluster = Cluster().start()
+        self.addCleanup(self.cluster.stop)
+        self.kubeconfig = self.cluster.kubeconfig(self.cluster.mint_token("default", "reader"))
+
+    def start_agent(self, args):
+        agent = Agent(self.cluster.tmp, extra_args=args).start()
+        self.addCleanup(agent.stop)
+        return agent
+
+    def test_apiserver_and_etcd_are_told_apart(self):
+        c = self.cluster
+        agent = self.start_agent(["--pid", "%d,%d" % (c.apiserver_pid, c.etcd.pid)])
+        agent.wait_attached(2)
+        time.sleep(0.5)
+        before = count_map(c.server_counts())
+        for args in (("get", "pods", "-A"), ("get", "configmaps"), ("create", "configmap", "c1")):
+            r = c.kubectl(*args, kubeconfig=self.kubeconfig)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        expected = {k[1:]: v for k, v in delta(count_map(c.server_counts()), before).items()}
+        deadline = time.monotonic() + 10
+        while agent.request_counts() != expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(agent.request_counts(), expected)
+        etcd = {(l["method"], l["code"]): v for n, l, v in agent.metrics()
+                if n == "stormwatch_etcd_requests_total"}
+        print("\netcd requests seen: %s" % etcd, file=sys.stderr)
+        # The configmap create is one etcd Txn; the LISTs are Range reads.
+        self.assertGreaterEqual(etcd.get(("/etcdserverpb.KV/Txn", "200"), 0), 1)
+        self.assertGreaterEqual(etcd.get(("/etcdserverpb.KV/Range", "200"), 0), 2)
+        self.assertNotIn("other", {m for m, _ in etcd})
+
+    def test_default_targets_found_by_name(self):
+        c = self.cluster
+        agent = self.start_agent([])  # default: --target kube-apiserver,etcd
+        deadline = time.monotonic() + 15
+        want = {(str(c.apiserver_pid), "kube-apiserver"), (str(c.etcd.pid), "etcd")}
+        seen = set()
+        while time.monotonic() < deadline and not want <= seen:
+            try:
+                seen = {(l["pid"], l["target"]) for n, l, v in agent.metrics()
+                        if n == "stormwatch_target_info" and l["status"] == "attached" and v == 1}
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.assertLessEqual(want, seen, agent.stderr())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
