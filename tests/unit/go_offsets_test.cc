@@ -164,8 +164,7 @@ TEST(GoOffsetTable, EveryRowIsAMatrixCell) {
   std::map<std::pair<int, int>, int> cells;  // (stack, minor) -> rows
   for (const auto& e : ProvenGoHttp2Table()) {
     ++cells[{static_cast<int>(e.stack), e.go_minor}];
-    if (e.stack == Http2StackKind::kStd) EXPECT_EQ(e.xnet, "");
-    if (e.stack == Http2StackKind::kXNet) EXPECT_EQ(e.xnet, "v0.7.0");
+    EXPECT_EQ(e.xnet, e.stack == Http2StackKind::kStd ? "" : "v0.7.0");
   }
   EXPECT_EQ(cells.size(), 8u);
   for (int minor : {19, 21, 22, 23}) {
