@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "agent/capture/client_cert_reader.h"
 #include "agent/capture/gohttp_probes.h"
 #include "agent/capture/target_manager.h"
 #include "agent/pipeline/request_pipeline.h"
@@ -66,13 +67,32 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   }
 
   int64_t clock_offset = RealtimeMinusMonotonicNs();
-  RequestPipeline pipeline(exporter.get(), options.update_loop, [&](const StormTransition& t) {
-    // Alert lines go to stdout, one JSON document each, flushed at once.
-    std::string line = FormatAlertJson(t, clock_offset);
-    std::fwrite(line.data(), 1, line.size(), stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
-  });
+  // Client certificates are read from the target's memory, per process layout (Go version).
+  ClientCertReader cert_reader;
+  std::unordered_map<uint32_t, GoTlsLayout> tls_layouts;
+  auto connection_identity = [&](uint32_t pid, uint64_t conn) -> std::optional<Identity> {
+    auto layout = tls_layouts.find(pid);
+    if (layout == tls_layouts.end()) return std::nullopt;
+    std::optional<CertSubject> subject = cert_reader.Read(static_cast<pid_t>(pid), conn, layout->second);
+    if (!subject || subject->common_name.empty()) return std::nullopt;
+    Identity id;
+    id.kind = Identity::Kind::kUser;
+    id.user = subject->common_name;
+    id.groups = subject->organizations;
+    for (const std::string& g : id.groups) id.system_masters |= g == "system:masters";
+    id.reason = "x509 client certificate";
+    return id;
+  };
+  RequestPipeline pipeline(
+      exporter.get(), options.update_loop,
+      [&](const StormTransition& t) {
+        // Alert lines go to stdout, one JSON document each, flushed at once.
+        std::string line = FormatAlertJson(t, clock_offset);
+        std::fwrite(line.data(), 1, line.size(), stdout);
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+      },
+      AssemblerLimits{}, connection_identity);
 
   auto probes = GoHttpProbes::Load(options.ring_buffer_bytes,
                                    [&](std::span<const uint8_t> bytes) { pipeline.OnEvent(bytes); });
@@ -86,8 +106,13 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
                           PublishTargetChange(*exporter, t, present);
                           if (present) {
                             pipeline.SetTargetRole(t.process.pid, RoleOfExecutable(t.process.name));
+                            if (auto layout = LookupGoTlsLayout(t.go_version)) {
+                              tls_layouts[t.process.pid] = *layout;
+                            }
                           } else {
                             pipeline.ForgetProcess(t.process.pid);
+                            tls_layouts.erase(t.process.pid);
+                            cert_reader.ForgetProcess(t.process.pid);
                           }
                         });
   targets.Refresh();

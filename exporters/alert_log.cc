@@ -51,6 +51,8 @@ std::string FormatAlertJson(const StormTransition& t, int64_t offset) {
                                    {"name", e.identity.sa_name}};
   }
   if (!e.identity.pod_name.empty()) identity["pod"] = e.identity.pod_name;
+  if (!e.identity.groups.empty()) identity["groups"] = e.identity.groups;
+  if (e.identity.system_masters) identity["system_masters"] = true;
   identity["user_agent"] = e.identity.user_agent;
   if (!e.identity.component.empty()) {
     identity["component"] = e.identity.component;

@@ -36,6 +36,7 @@ BUILD_PKGS=(
   libyaml-cpp-dev            # configuration file
   libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev       # Alertmanager push
+  libssl-dev                 # client certificates' subjects (CN, O) from DER
 )
 # Real components the tests and the demo run against.
 TEST_PKGS=(

@@ -40,6 +40,8 @@ struct Identity {
   std::string sa_name;
   std::string pod_name;         // from the bound token's kubernetes.io claim
   std::string user_agent;
+  std::vector<std::string> groups;  // client certificates: the O values
+  bool system_masters = false;      // a member of system:masters: exempt from APF, cluster-admin
   std::string component;          // parsed from the user agent: kubectl, kube-controller-manager,
   std::string component_version;  // OpenAPI-Generator (the Python client), ...; and its version
   std::string reason;           // why the kind is what it is, e.g. why kUnknown (never secret)

@@ -31,12 +31,32 @@ std::string ClientLabel(const Identity& identity) {
 }
 
 RequestPipeline::RequestPipeline(PrometheusExporter* exporter, UpdateLoopConfig update_loop,
-                                 TransitionSink on_transition, AssemblerLimits limits)
+                                 TransitionSink on_transition, AssemblerLimits limits,
+                                 ConnectionIdentity connection_identity)
     : exporter_(exporter),
-      assembler_([this](std::string_view a, std::string_view ua) { return identities_.Resolve(a, ua); },
+      connection_identity_(std::move(connection_identity)),
+      assembler_([this](uint32_t pid, uint64_t conn, std::string_view a,
+                        std::string_view ua) { return Resolve(pid, conn, a, ua); },
                  limits),
       update_loop_(std::move(update_loop)),
       on_transition_(std::move(on_transition)) {}
+
+Identity RequestPipeline::Resolve(uint32_t pid, uint64_t conn, std::string_view authorization,
+                                  std::string_view user_agent) {
+  // kube-apiserver's authenticators run x509 first: a verified client certificate wins.
+  if (connection_identity_) {
+    if (std::optional<Identity> cert = connection_identity_(pid, conn)) {
+      Identity id = IdentityFromHeaders("", user_agent);  // user agent and its component
+      id.kind = cert->kind;
+      id.user = std::move(cert->user);
+      id.groups = std::move(cert->groups);
+      id.system_masters = cert->system_masters;
+      id.reason = std::move(cert->reason);
+      return id;
+    }
+  }
+  return identities_.Resolve(authorization, user_agent);
+}
 
 void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
   ++stats_.events;

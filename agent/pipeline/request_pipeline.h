@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -50,12 +51,16 @@ struct PipelineStats {
 enum class TargetRole { kApiServer, kEtcd };
 TargetRole RoleOfExecutable(const std::string& name);
 
+// The identity of a connection without a bearer token (its client certificate), if any.
+using ConnectionIdentity = std::function<std::optional<Identity>(uint32_t pid, uint64_t conn)>;
+
 class RequestPipeline {
  public:
   using TransitionSink = std::function<void(const StormTransition&)>;
 
   RequestPipeline(PrometheusExporter* exporter, UpdateLoopConfig update_loop,
-                  TransitionSink on_transition, AssemblerLimits limits = {});
+                  TransitionSink on_transition, AssemblerLimits limits = {},
+                  ConnectionIdentity connection_identity = nullptr);
 
   // One ring-buffer record.
   void OnEvent(std::span<const uint8_t> bytes);
@@ -73,10 +78,13 @@ class RequestPipeline {
 
  private:
   void OnRequest(RequestRecord& r);
+  Identity Resolve(uint32_t pid, uint64_t conn, std::string_view authorization,
+                   std::string_view user_agent);
   void OnEtcdRequest(const RequestRecord& r);
 
   PrometheusExporter* exporter_;
   IdentityCache identities_;
+  ConnectionIdentity connection_identity_;
   RequestAssembler assembler_;
   UpdateLoopDetector update_loop_;
   TransitionSink on_transition_;

@@ -33,7 +33,7 @@ void RequestAssembler::OnRequest(const H2RequestEvent& ev) {
     return;
   }
   if (ev.truncated()) ++stats_.truncated_headers;
-  r.identity = resolver_(authorization, user_agent);
+  r.identity = resolver_(ev.tgid, ev.conn, authorization, user_agent);
 
   Key key{ev.tgid, ev.stream_id, ev.conn};
   if (auto it = pending_.find(key); it != pending_.end()) {

@@ -15,8 +15,10 @@
 namespace stormwatch {
 
 // Turns credentials into an identity at once, so no token is kept past the event that held it.
-using IdentityResolver =
-    std::function<Identity(std::string_view authorization, std::string_view user_agent)>;
+// The process and connection let it fall back to the connection's client certificate.
+using IdentityResolver = std::function<Identity(uint32_t pid, uint64_t conn,
+                                                std::string_view authorization,
+                                                std::string_view user_agent)>;
 
 struct AssemblerLimits {
   size_t max_pending = 65536;                    // in-flight requests (watches included)

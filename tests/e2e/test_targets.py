@@ -50,6 +50,27 @@ class TargetsEndToEnd(unittest.TestCase):
         self.assertGreaterEqual(etcd.get(("/etcdserverpb.KV/Range", "200"), 0), 2)
         self.assertNotIn("other", {m for m, _ in etcd})
 
+    def test_client_certificate_identity(self):
+        """kubectl with the admin certificate (CN=kubernetes-admin, O=system:masters): no token,
+        so the agent reads the certificate the server verified from the TLS connection."""
+        c = self.cluster
+        agent = self.start_agent(["--pid", str(c.apiserver_pid)])
+        agent.wait_attached(1)
+        time.sleep(0.5)
+        before = count_map(c.server_counts())
+        dev_cert, dev_key = c.client_cert("jane", ["dev", "qa"])
+        dev = c.kubeconfig_cert(dev_cert, dev_key)
+        for kubeconfig in (c.admin_kubeconfig, dev, self.kubeconfig):
+            r = c.kubectl("get", "pods", "-A", kubeconfig=kubeconfig)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        expected = {k[1:]: v for k, v in delta(count_map(c.server_counts()), before).items()}
+        self.assertEqual({k[0] for k in expected},
+                         {"kubernetes-admin", "jane", "system:serviceaccount:default:reader"})
+        deadline = time.monotonic() + 10
+        while agent.request_counts() != expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(agent.request_counts(), expected)
+
     def test_default_targets_found_by_name(self):
         c = self.cluster
         agent = self.start_agent([])  # default: --target kube-apiserver,etcd

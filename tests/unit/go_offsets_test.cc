@@ -311,20 +311,28 @@ func main() {
 
 class DwarfLayouts {
  public:
-  // Builds the dumper once per test run.
+  // Builds the dumper once per test run, in a temporary directory removed at exit.
   static const std::string& Dumper() {
-    static std::string path = [] {
+    struct TempDir {
+      std::string path;
+      ~TempDir() {
+        if (!path.empty()) Run("rm -rf '" + path + "'");
+      }
+    };
+    static TempDir dir;
+    static std::string binary = [] {
       char dir_template[] = "/tmp/stormwatch-dwarf-XXXXXX";
-      std::string dir = mkdtemp(dir_template);
-      std::ofstream(dir + "/main.go") << kDwarfDumper;
+      if (!mkdtemp(dir_template)) return std::string();
+      dir.path = dir_template;
+      std::ofstream(dir.path + "/main.go") << kDwarfDumper;
       std::string cache = kGoOut + "/../gocache";
       int status = 0;
-      Run("cd " + dir + " && GO111MODULE=off GOFLAGS=-buildvcs=false GOCACHE=" + cache +
+      Run("cd " + dir.path + " && GO111MODULE=off GOFLAGS=-buildvcs=false GOCACHE=" + cache +
               " /usr/lib/go-1.19/bin/go build -o dwarf-layout . 2>&1",
           &status);
-      return status == 0 ? dir + "/dwarf-layout" : std::string();
+      return status == 0 ? dir.path + "/dwarf-layout" : std::string();
     }();
-    return path;
+    return binary;
   }
 
   explicit DwarfLayouts(const std::string& binary) {

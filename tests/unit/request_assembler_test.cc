@@ -75,7 +75,8 @@ TEST(H2Events, RejectsMalformedEvents) {
   EXPECT_FALSE(DecodeCaptureEvent(unknown).ok());
 }
 
-Identity FakeResolver(std::string_view authorization, std::string_view user_agent) {
+Identity FakeResolver(uint32_t, uint64_t, std::string_view authorization,
+                      std::string_view user_agent) {
   Identity id;
   id.user = authorization.empty() ? "system:anonymous" : "user-of-" + std::string(authorization.substr(7, 3));
   id.user_agent = user_agent;

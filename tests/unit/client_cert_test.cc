@@ -1,0 +1,115 @@
+// Client-certificate identity: the per-Go-version tls.Conn layout (checked against reflect with
+// every toolchain the project proves), DER subject parsing, and the pointer chase through a
+// process's memory (our own, laid out as Go lays out serverConn -> tls.Conn -> Certificate).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "agent/capture/client_cert_reader.h"
+
+namespace stormwatch {
+namespace {
+
+std::string Shell(const std::string& cmd) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  std::string out;
+  char buf[4096];
+  while (pipe && fgets(buf, sizeof(buf), pipe.get())) out += buf;
+  return out;
+}
+
+TEST(ClientCert, TlsLayoutMatchesEveryProvenToolchain) {
+  const std::string fixture = std::string(STORMWATCH_SOURCE_DIR) + "/tests/fixtures/tls_offsets";
+  for (const char* minor : {"19", "21", "22", "23"}) {
+    std::string go = std::string("/usr/lib/go-1.") + minor + "/bin/go";
+    ASSERT_EQ(access(go.c_str(), X_OK), 0) << go << " missing: scripts/setup.sh installs it";
+    std::string out = Shell("cd " + fixture + " && GO111MODULE=off GOCACHE=/tmp/stormwatch-gocache " +
+                          go + " run main.go");
+    // "go1.21.13 tls.Conn.conn 0 tls.Conn.peerCertificates 152 x509.Certificate.Raw 0"
+    std::istringstream in(out);
+    std::string version, k1, k2, k3;
+    int conn = -1, peers = -1, raw = -1;
+    in >> version >> k1 >> conn >> k2 >> peers >> k3 >> raw;
+    ASSERT_EQ(k2, "tls.Conn.peerCertificates") << out;
+    auto layout = LookupGoTlsLayout(version);
+    ASSERT_TRUE(layout) << version;
+    EXPECT_EQ(layout->tls_peer_certificates, static_cast<uint32_t>(peers)) << version;
+    EXPECT_EQ(raw, 0) << "x509.Certificate.Raw must be the first field";
+  }
+  EXPECT_FALSE(LookupGoTlsLayout("go1.24.1"));  // unproven: no guess
+  EXPECT_FALSE(LookupGoTlsLayout("devel"));
+}
+
+std::string MakeCertDer(const std::string& subject) {
+  std::string dir = "/tmp/stormwatch-cert-test-" + std::to_string(getpid());
+  Shell("mkdir -p " + dir + " && openssl req -x509 -newkey rsa:2048 -nodes -keyout " + dir +
+      "/k.pem -outform DER -out " + dir + "/c.der -days 1 -subj '" + subject + "' 2>/dev/null");
+  std::ifstream in(dir + "/c.der", std::ios::binary);
+  std::string der((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Shell("rm -rf " + dir);
+  return der;
+}
+
+TEST(ClientCert, SubjectCommonNameAndEveryOrganization) {
+  std::string der = MakeCertDer("/O=dev/O=system:masters/CN=kubernetes-admin");
+  ASSERT_FALSE(der.empty());
+  auto s = ParseCertificateSubject(der);
+  ASSERT_TRUE(s.ok()) << s.error();
+  EXPECT_EQ(s->common_name, "kubernetes-admin");
+  EXPECT_EQ(s->organizations, (std::vector<std::string>{"dev", "system:masters"}));
+  EXPECT_FALSE(ParseCertificateSubject("not a certificate").ok());
+  EXPECT_FALSE(ParseCertificateSubject(der.substr(0, der.size() / 2)).ok());
+}
+
+// Go-shaped objects in our own memory: process_vm_readv on ourselves walks them like a target's.
+struct FakeGoSlice {
+  uint64_t ptr, len, cap;
+};
+
+TEST(ClientCert, ReaderFollowsGoPointersAndCachesPerConnection) {
+  std::string der = MakeCertDer("/O=system:nodes/CN=system:node:master-1");
+  GoTlsLayout layout{16, 152};
+  alignas(8) uint8_t certificate[64] = {};   // x509.Certificate: Raw []byte first
+  FakeGoSlice raw{reinterpret_cast<uint64_t>(der.data()), der.size(), der.size()};
+  memcpy(certificate, &raw, sizeof(raw));
+  uint64_t peer_array[1] = {reinterpret_cast<uint64_t>(certificate)};
+  alignas(8) uint8_t tls_conn[256] = {};
+  FakeGoSlice peers{reinterpret_cast<uint64_t>(peer_array), 1, 1};
+  memcpy(tls_conn + 152, &peers, sizeof(peers));
+  alignas(8) uint8_t server_conn[64] = {};
+  uint64_t iface[2] = {0x1234, reinterpret_cast<uint64_t>(tls_conn)};
+  memcpy(server_conn + 16, iface, sizeof(iface));
+
+  ClientCertReader reader;
+  auto s = reader.Read(getpid(), reinterpret_cast<uint64_t>(server_conn), layout);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->common_name, "system:node:master-1");
+  EXPECT_EQ(s->organizations, (std::vector<std::string>{"system:nodes"}));
+
+  // Cached per connection: the certificate is not re-read while the tls.Conn is the same...
+  raw.len = 3;
+  memcpy(certificate, &raw, sizeof(raw));
+  EXPECT_EQ(reader.Read(getpid(), reinterpret_cast<uint64_t>(server_conn), layout)->common_name,
+            "system:node:master-1");
+  // ...and a new connection at the same address (another tls.Conn) is read afresh.
+  alignas(8) uint8_t other_tls[256] = {};  // no peer certificates: a token client
+  iface[1] = reinterpret_cast<uint64_t>(other_tls);
+  memcpy(server_conn + 16, iface, sizeof(iface));
+  EXPECT_FALSE(reader.Read(getpid(), reinterpret_cast<uint64_t>(server_conn), layout));
+  EXPECT_EQ(reader.read_errors(), 0u);
+
+  // A dangling pointer is an error counted, not a crash.
+  uint64_t bad_iface[2] = {0x1234, 0x10};
+  memcpy(server_conn + 16, bad_iface, sizeof(bad_iface));
+  EXPECT_FALSE(reader.Read(getpid(), reinterpret_cast<uint64_t>(server_conn), layout));
+  EXPECT_EQ(reader.read_errors(), 1u);
+}
+
+}  // namespace
+}  // namespace stormwatch
