@@ -110,6 +110,10 @@ const std::vector<ProvenGoHttp2Entry>& ProvenGoHttp2Table() {
       {Http2StackKind::kXNet, 21, kDebianXNet, &kLayoutWithoutBody},
       {Http2StackKind::kXNet, 22, kDebianXNet, &kLayoutWithoutBody},
       {Http2StackKind::kXNet, 23, kDebianXNet, &kLayoutWithoutBody},
+      // Measured on a stripped release kube-apiserver v1.28.7 (Go 1.21, x/net v0.19.0): Fields
+      // at +8, status at rws+72, wroteBytes at rws+96 (../shared/DESIGN.md). Not rebuildable
+      // here (no module proxy), so proven by that measurement rather than by the matrix.
+      {Http2StackKind::kXNet, 21, "v0.19.0", &kLayoutWithoutBody},
       {Http2StackKind::kStd, 19, "", &kStdLayoutWithBody},
       {Http2StackKind::kStd, 21, "", &kLayoutWithoutBody},
       {Http2StackKind::kStd, 22, "", &kLayoutWithoutBody},
