@@ -25,6 +25,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent import Agent, require_bpf_privileges  # noqa: E402
+from counts import count_map, delta  # noqa: E402
 from cluster import Cluster, default_go_out  # noqa: E402
 
 GO_MATRIX = ["1.19", "1.21", "1.22", "1.23"]
@@ -33,7 +34,6 @@ STACKS = {
     "xnet": "*http2.responseWriter",
     "std": "*http.http2responseWriter",
 }
-COUNT_KEYS = ("client", "verb", "group", "version", "resource", "subresource", "scope", "code")
 OPERATOR_NS, OPERATOR_SA = "datajobs-system", "datajob-operator"
 OPERATOR = "system:serviceaccount:%s:%s" % (OPERATOR_NS, OPERATOR_SA)
 WORK_NS = "etl"
@@ -50,24 +50,6 @@ spec:
 
 def apiserver_build(version):
     return os.path.join(default_go_out(), "test-apiserver-go" + version)
-
-
-def count_map(server_counts):
-    """/debug/counts -> {(proto, client, verb, ...): count}."""
-    out = {}
-    for c in server_counts:
-        key = (c["proto"],) + tuple(c[k] for k in COUNT_KEYS)
-        out[key] = out.get(key, 0) + c["count"]
-    return out
-
-
-def delta(after, before):
-    d = {}
-    for k, v in after.items():
-        n = v - before.get(k, 0)
-        if n:
-            d[k] = n
-    return d
 
 
 def patch_buildinfo_go_version(src, dst, old, new):

@@ -13,7 +13,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent import Agent, require_bpf_privileges  # noqa: E402
 from cluster import Cluster  # noqa: E402
-from test_update_loop import count_map, delta  # noqa: E402
+from counts import count_map, delta  # noqa: E402
 
 
 class TargetsEndToEnd(unittest.TestCase):

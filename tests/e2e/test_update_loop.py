@@ -16,6 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent import Agent, require_bpf_privileges  # noqa: E402
+from counts import count_map, delta  # noqa: E402
 from cluster import Cluster  # noqa: E402
 
 OPERATOR_NS, OPERATOR_SA = "datajobs-system", "datajob-operator"
@@ -30,7 +31,6 @@ ALERT_DEADLINE_S = 5.0
 # measures the agent, not the machine. Default thresholds are pinned by the unit tests.
 AGENT_ARGS = ["--update-loop-resource-rate", "50"]
 OPERATOR_ARGS = ["--workers", "2"]  # MaxConcurrentReconciles=2, one HTTP/2 connection
-COUNT_KEYS = ("client", "verb", "group", "version", "resource", "subresource", "scope", "code")
 
 DATAJOB = """apiVersion: batch.company.com/v1
 kind: DataJob
@@ -41,23 +41,6 @@ spec:
   schedule: "0 2 * * *"
   image: registry.example/etl:1.0
 """
-
-
-def count_map(server_counts):
-    out = {}
-    for c in server_counts:
-        key = tuple(c[k] for k in COUNT_KEYS)
-        out[(c["proto"],) + key] = out.get((c["proto"],) + key, 0) + c["count"]
-    return out
-
-
-def delta(after, before):
-    d = {}
-    for k, v in after.items():
-        n = v - before.get(k, 0)
-        if n:
-            d[k] = n
-    return d
 
 
 class UpdateLoopEndToEnd(unittest.TestCase):
