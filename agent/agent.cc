@@ -67,21 +67,10 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   }
 
   int64_t clock_offset = RealtimeMinusMonotonicNs();
-  // Client certificates are read from the target's memory, per process layout (Go version).
-  ClientCertReader cert_reader;
-  std::unordered_map<uint32_t, GoTlsLayout> tls_layouts;
-  auto connection_identity = [&](uint32_t pid, uint64_t conn) -> std::optional<Identity> {
-    auto layout = tls_layouts.find(pid);
-    if (layout == tls_layouts.end()) return std::nullopt;
-    std::optional<CertSubject> subject = cert_reader.Read(static_cast<pid_t>(pid), conn, layout->second);
-    if (!subject || subject->common_name.empty()) return std::nullopt;
-    Identity id;
-    id.kind = Identity::Kind::kUser;
-    id.user = subject->common_name;
-    id.groups = subject->organizations;
-    for (const std::string& g : id.groups) id.system_masters |= g == "system:masters";
-    id.reason = "x509 client certificate";
-    return id;
+  // Clients without a token: the certificate on their connection, read from the target.
+  ClientCertIdentities cert_identities;
+  auto connection_identity = [&](uint32_t pid, uint64_t conn) {
+    return cert_identities.Lookup(static_cast<pid_t>(pid), conn);
   };
   RequestPipeline pipeline(
       exporter.get(), options.update_loop,
@@ -106,13 +95,10 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
                           PublishTargetChange(*exporter, t, present);
                           if (present) {
                             pipeline.SetTargetRole(t.process.pid, RoleOfExecutable(t.process.name));
-                            if (auto layout = LookupGoTlsLayout(t.go_version)) {
-                              tls_layouts[t.process.pid] = *layout;
-                            }
+                            cert_identities.SetTarget(t.process.pid, t.go_version);
                           } else {
                             pipeline.ForgetProcess(t.process.pid);
-                            tls_layouts.erase(t.process.pid);
-                            cert_reader.ForgetProcess(t.process.pid);
+                            cert_identities.ForgetProcess(t.process.pid);
                           }
                         });
   targets.Refresh();
@@ -139,6 +125,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     for (int i = 0; i < SW_DROP_CAUSE_COUNT; ++i) {
       exporter->SetCaptureLoss(kDropCauseNames[i], drops.by_cause[i]);
     }
+    exporter->SetCaptureLoss("client_cert_unreadable", cert_identities.read_errors());
     auto hits = (*probes)->ReadHits();
     exporter->SetProbeHits("http2_process_headers", hits[0]);
     exporter->SetProbeHits("http2_handler_done", hits[1]);

@@ -124,6 +124,33 @@ std::optional<CertSubject> ClientCertReader::Read(pid_t pid, uint64_t server_con
   return entry.subject;
 }
 
+void ClientCertIdentities::SetTarget(pid_t pid, std::string_view go_version) {
+  if (auto layout = LookupGoTlsLayout(go_version)) {
+    layouts_[pid] = *layout;
+  } else {
+    layouts_.erase(pid);
+  }
+}
+
+void ClientCertIdentities::ForgetProcess(pid_t pid) {
+  layouts_.erase(pid);
+  reader_.ForgetProcess(pid);
+}
+
+std::optional<Identity> ClientCertIdentities::Lookup(pid_t pid, uint64_t server_conn) {
+  auto layout = layouts_.find(pid);
+  if (layout == layouts_.end()) return std::nullopt;
+  std::optional<CertSubject> subject = reader_.Read(pid, server_conn, layout->second);
+  if (!subject || subject->common_name.empty()) return std::nullopt;
+  Identity id;
+  id.kind = Identity::Kind::kUser;
+  id.user = std::move(subject->common_name);
+  id.groups = std::move(subject->organizations);
+  for (const std::string& g : id.groups) id.system_masters |= g == "system:masters";
+  id.reason = "x509 client certificate";
+  return id;
+}
+
 void ClientCertReader::ForgetProcess(pid_t pid) {
   for (auto it = order_.begin(); it != order_.end();) {
     if (it->first == pid) {

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/core/request_record.h"
 #include "agent/core/result.h"
 
 namespace stormwatch {
@@ -60,6 +61,20 @@ class ClientCertReader {
   std::list<Key> order_;
   std::unordered_map<Key, std::pair<Entry, std::list<Key>::iterator>, KeyHash> cache_;
   uint64_t read_errors_ = 0;
+};
+
+// The identity of connections without a token, for every traced process: the process's Go
+// release picks the layout; CN becomes the user, O values the groups.
+class ClientCertIdentities {
+ public:
+  void SetTarget(pid_t pid, std::string_view go_version);  // unproven release: no lookups
+  void ForgetProcess(pid_t pid);
+  std::optional<Identity> Lookup(pid_t pid, uint64_t server_conn);
+  uint64_t read_errors() const { return reader_.read_errors(); }
+
+ private:
+  ClientCertReader reader_;
+  std::unordered_map<pid_t, GoTlsLayout> layouts_;
 };
 
 }  // namespace stormwatch
