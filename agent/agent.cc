@@ -109,11 +109,17 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   // Detectors count in whole-second buckets of this clock: evaluate just after each bucket
   // closes, so a storm is reported as soon as its last required second is complete.
   constexpr int64_t kSecond = 1000000000, kAfterBucket = 10000000;
+  // How often the ring buffer is drained when it was found empty (no wakeups: see Consume()).
+  constexpr long kDrainInterval = 10000000;
   auto next_bucket_tick = [&](int64_t now) { return (now / kSecond + 1) * kSecond + kAfterBucket; };
   int64_t next_tick = next_bucket_tick(MonotonicNs());
   while (!stop.load()) {
-    int n = (*probes)->Poll(100);
-    if (n < 0 && n != -EINTR) spdlog::error("ring buffer poll failed: {}", n);
+    int n = (*probes)->Consume();
+    if (n < 0 && n != -EINTR) spdlog::error("ring buffer read failed: {}", n);
+    if (n == 0) {
+      timespec pause{0, kDrainInterval};
+      nanosleep(&pause, nullptr);
+    }
     int64_t now = MonotonicNs();
     if (health) health->Beat(now);
     if (now < next_tick) continue;
@@ -131,7 +137,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     exporter->SetProbeHits("http2_handler_done", hits[1]);
   }
   // Drain what the ring buffer still holds so a clean stop loses nothing already captured.
-  (*probes)->Poll(0);
+  (*probes)->Consume();
   spdlog::info("stopping: {} requests seen", pipeline.stats().requests);
   return 0;
 }

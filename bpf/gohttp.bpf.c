@@ -155,7 +155,7 @@ int BPF_UPROBE(h2_process_headers) {
 
   __u64 size = offsetof(struct sw_h2_request, data) + c.data_len;
   if (size > sizeof(*event)) return 0;
-  if (bpf_ringbuf_output(&events, event, size, 0)) count(&drops, SW_DROP_RINGBUF_FULL);
+  if (bpf_ringbuf_output(&events, event, size, BPF_RB_NO_WAKEUP)) count(&drops, SW_DROP_RINGBUF_FULL);
   return 0;
 }
 
@@ -184,6 +184,6 @@ int BPF_UPROBE(h2_handler_done) {
   r.hdr.tgid = bpf_get_current_pid_tgid() >> 32;
   r.hdr.ts_ns = bpf_ktime_get_ns();
   r.hdr.target = slot;
-  if (bpf_ringbuf_output(&events, &r, sizeof(r), 0)) count(&drops, SW_DROP_RINGBUF_FULL);
+  if (bpf_ringbuf_output(&events, &r, sizeof(r), BPF_RB_NO_WAKEUP)) count(&drops, SW_DROP_RINGBUF_FULL);
   return 0;
 }

@@ -114,6 +114,8 @@ size_t GoHttpProbes::attached_links() const {
 
 int GoHttpProbes::Poll(int timeout_ms) { return ring_buffer__poll(ring_, timeout_ms); }
 
+int GoHttpProbes::Consume() { return ring_buffer__consume(ring_); }
+
 uint64_t GoHttpProbes::SumPerCpu(int map_fd, uint32_t key) const {
   std::vector<uint64_t> values(ncpus_);
   if (bpf_map_lookup_elem(map_fd, &key, values.data())) return 0;

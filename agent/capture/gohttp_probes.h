@@ -55,6 +55,10 @@ class GoHttpProbes {
 
   // Delivers ready events to the handler; returns how many, or a negative errno.
   int Poll(int timeout_ms);
+  // Delivers whatever is in the ring now, without waiting. The BPF programs write with
+  // BPF_RB_NO_WAKEUP (a wakeup per event costs the traced server an irq_work each), so the
+  // agent drains the ring on its own clock instead of waiting for epoll.
+  int Consume();
 
   DropCounts ReadDrops() const;
   // Probe hits: [0] processHeaders, [1] handlerDone.
