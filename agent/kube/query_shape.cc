@@ -7,7 +7,7 @@
 namespace stormwatch {
 namespace {
 
-int64_t ToInt(const std::optional<std::string>& v) {
+int64_t ToInt(const std::string* v) {
   if (!v) return 0;
   int64_t n = 0;
   std::from_chars(v->data(), v->data() + v->size(), n);
@@ -19,16 +19,29 @@ int64_t ToInt(const std::optional<std::string>& v) {
 QueryShape ParseQueryShape(const RequestInfo& info, std::string_view path_and_query) {
   QueryShape s;
   if (info.verb != "list" && info.verb != "watch" && info.verb != "get") return s;
-  auto rv = QueryParam(path_and_query, "resourceVersion");
-  auto match = QueryParam(path_and_query, "resourceVersionMatch");
-  auto cont = QueryParam(path_and_query, "continue");
+  // One parse of the query per request (this runs for every read): first value per key.
+  std::string_view raw_query;
+  if (size_t q = path_and_query.find('?'); q != std::string_view::npos) {
+    raw_query = path_and_query.substr(q + 1);
+    raw_query = raw_query.substr(0, raw_query.find('#'));
+  }
+  const auto params = ParseQuery(raw_query);
+  auto param = [&](std::string_view key) -> const std::string* {
+    for (const auto& [k, v] : params) {
+      if (k == key) return &v;
+    }
+    return nullptr;
+  };
+  const std::string* rv = param("resourceVersion");
+  const std::string* match = param("resourceVersionMatch");
+  const std::string* cont = param("continue");
   s.continued = cont && !cont->empty();
-  s.limit = ToInt(QueryParam(path_and_query, "limit"));
+  s.limit = ToInt(param("limit"));
   s.paginated = s.limit > 0;
   s.label_selector = !info.label_selector.empty();
   s.field_selector = !info.field_selector.empty();
-  if (auto sie = QueryParam(path_and_query, "sendInitialEvents")) s.send_initial_events = QueryBool(*sie);
-  s.timeout_seconds = ToInt(QueryParam(path_and_query, "timeoutSeconds"));
+  if (const std::string* sie = param("sendInitialEvents")) s.send_initial_events = QueryBool(*sie);
+  s.timeout_seconds = ToInt(param("timeoutSeconds"));
 
   using C = QueryShape::Consistency;
   if (s.continued) {
