@@ -73,7 +73,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     return cert_identities.Lookup(static_cast<pid_t>(pid), conn);
   };
   RequestPipeline pipeline(
-      exporter.get(), options.update_loop,
+      exporter.get(), options.detectors,
       [&](const StormTransition& t) {
         // Alert lines go to stdout, one JSON document each, flushed at once.
         std::string line = FormatAlertJson(t, clock_offset);

@@ -130,7 +130,7 @@ Result<AgentOptions> ParseAgentOptions(int argc, char** argv) {
         auto v = ParseNumber<double>(c == kObjectRate ? "update-loop-object-rate"
                                                       : "update-loop-resource-rate", arg);
         if (!v) return Error{v.error()};
-        (c == kObjectRate ? o.update_loop.object_rate : o.update_loop.resource_rate) = *v;
+        (c == kObjectRate ? o.detectors.update_loop.object_rate : o.detectors.update_loop.resource_rate) = *v;
         break;
       }
       case kObjectSustain:
@@ -141,9 +141,9 @@ Result<AgentOptions> ParseAgentOptions(int argc, char** argv) {
                                                           : "update-loop-resolve",
                                   arg);
         if (!v) return Error{v.error()};
-        (c == kObjectSustain     ? o.update_loop.object_sustain_s
-         : c == kResourceSustain ? o.update_loop.resource_sustain_s
-                                 : o.update_loop.resolve_s) = *v;
+        (c == kObjectSustain     ? o.detectors.update_loop.object_sustain_s
+         : c == kResourceSustain ? o.detectors.update_loop.resource_sustain_s
+                                 : o.detectors.update_loop.resolve_s) = *v;
         break;
       }
       case kHelp:
@@ -158,7 +158,7 @@ Result<AgentOptions> ParseAgentOptions(int argc, char** argv) {
     }
   }
   if (optind < argc) return Error{std::string("unexpected argument '") + argv[optind] + "'"};
-  auto problems = o.update_loop.Problems();
+  auto problems = o.detectors.update_loop.Problems();
   if (!problems.empty()) return Error{"update loop detector: " + problems.front()};
   return o;
 }

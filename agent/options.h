@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/analysis/update_loop_detector.h"
+#include "agent/analysis/detector_config.h"
 #include "agent/core/result.h"
 
 namespace stormwatch {
@@ -23,7 +23,7 @@ struct AgentOptions {
   std::string health_address = kDefaultHealthAddress;  // "" disables it
   size_t ring_buffer_bytes = 16u << 20;
   std::string log_level = "info";
-  UpdateLoopConfig update_loop;
+  DetectorsConfig detectors;
   bool show_help = false;
   bool show_version = false;
 };

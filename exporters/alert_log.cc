@@ -22,8 +22,6 @@ std::string Rfc3339(int64_t realtime_ns) {
   return buf;
 }
 
-double Round2(double v) { return static_cast<double>(static_cast<int64_t>(v * 100 + 0.5)) / 100; }
-
 const char* KindName(Identity::Kind k) {
   switch (k) {
     case Identity::Kind::kServiceAccount: return "serviceaccount";
@@ -43,7 +41,7 @@ int64_t RealtimeMinusMonotonicNs() {
 }
 
 std::string FormatAlertJson(const StormTransition& t, int64_t offset) {
-  const UpdateLoopEvidence& e = t.evidence;
+  const StormEvidence& e = t.evidence;
   using nlohmann::ordered_json;
   ordered_json identity = {{"user", e.identity.user}, {"kind", KindName(e.identity.kind)}};
   if (e.identity.kind == Identity::Kind::kServiceAccount) {
@@ -58,35 +56,20 @@ std::string FormatAlertJson(const StormTransition& t, int64_t offset) {
     identity["component"] = e.identity.component;
     identity["component_version"] = e.identity.component_version;
   }
-
-  ordered_json top = ordered_json::array();
-  for (const TopObject& o : e.top_objects) {
-    top.push_back({{"namespace", o.namespace_}, {"name", o.name},
-                   {"writes_per_second", Round2(o.writes_per_second)}});
-  }
-  ordered_json codes = ordered_json::object();
-  for (const CodeCount& c : e.codes) codes[std::to_string(c.code)] = c.count;
-
   ordered_json doc = {
       {"time", Rfc3339(t.at_ns + offset)},
       {"alert", "StormwatchStorm"},
       {"storm", e.storm},
       {"state", t.state == StormState::kFiring ? "firing" : "resolved"},
+      {"severity", e.severity},
       {"client", ClientLabel(e.identity)},
       {"identity", identity},
       {"group", e.api_group},
       {"resource", e.resource},
       {"namespace", e.namespace_},
-      {"evidence",
-       {{"rule", e.rule},
-        {"resource_writes_per_second", Round2(e.resource_writes_per_second)},
-        {"top_objects", top},
-        {"codes", codes},
-        // The sustained run is counted in whole seconds; it cannot start before the first write.
-        {"since", Rfc3339(std::max(e.since_ns, e.first_seen_ns) + offset)},
-        {"first_seen", Rfc3339(e.first_seen_ns + offset)}}},
-      {"summary", "client " + ClientLabel(e.identity) + " is writing " + e.resource +
-                      (e.api_group.empty() ? "" : "." + e.api_group) + " in a loop"},
+      {"since", Rfc3339(e.since_ns + offset)},
+      {"evidence", e.details},
+      {"summary", e.summary},
       {"fix", e.fix},
   };
   return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

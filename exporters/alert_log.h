@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "agent/analysis/update_loop_detector.h"
+#include "agent/analysis/storm.h"
 
 namespace stormwatch {
 

@@ -1,6 +1,7 @@
 #include "agent/analysis/update_loop_detector.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <array>
 #include <limits>
 #include <map>
@@ -213,7 +214,7 @@ UpdateLoopDetector::ResourceEntry& UpdateLoopDetector::TouchResource(const Reque
     return res;
   }
   EvictResourceIfFull();
-  for (StormTransition& t : pending_) {
+  for (UpdateLoopTransition& t : pending_) {
     if (t.at_ns == 0) t.at_ns = now_ns;
   }
   resources_.emplace_front(resource_ring_);
@@ -298,8 +299,8 @@ UpdateLoopEvidence UpdateLoopDetector::BuildEvidence(const ResourceEntry& res, i
   return ev;
 }
 
-std::vector<StormTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
-  std::vector<StormTransition> out = std::move(pending_);
+std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
+  std::vector<UpdateLoopTransition> out = std::move(pending_);
   pending_.clear();
   const int64_t last = BucketOf(now_ns) - 1;  // newest complete bucket
   const int window = config_.evidence_window_s;
@@ -396,14 +397,14 @@ std::vector<StormTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
     ev.fired_ns = res.fired.fired_ns;
     res.live = std::move(ev);
   }
-  for (StormTransition& t : out) {
+  for (UpdateLoopTransition& t : out) {
     if (t.at_ns == 0) t.at_ns = now_ns;
   }
   return out;
 }
 
-std::vector<ActiveStorm> UpdateLoopDetector::Active() const {
-  std::vector<ActiveStorm> active;
+std::vector<ActiveUpdateLoop> UpdateLoopDetector::Active() const {
+  std::vector<ActiveUpdateLoop> active;
   for (const ResourceEntry& res : resources_) {
     if (res.firing) active.push_back(res.live);
   }
@@ -415,6 +416,62 @@ UpdateLoopStats UpdateLoopDetector::Stats() const {
   s.tracked_objects = objects_.size();
   s.tracked_resources = resources_.size();
   return s;
+}
+
+}  // namespace stormwatch
+
+namespace stormwatch {
+
+StormEvidence ToStormEvidence(const UpdateLoopEvidence& e) {
+  auto round2 = [](double v) { return static_cast<double>(static_cast<int64_t>(v * 100 + 0.5)) / 100; };
+  StormEvidence s;
+  s.storm = e.storm;
+  s.identity = e.identity;
+  s.api_group = e.api_group;
+  s.resource = e.resource;
+  s.namespace_ = e.namespace_;
+  s.fix = e.fix;
+  // The sustained run is counted in whole seconds; it cannot start before the first write.
+  s.since_ns = std::max(e.since_ns, e.first_seen_ns);
+  s.fired_ns = e.fired_ns;
+  nlohmann::json top = nlohmann::json::array();
+  for (const TopObject& o : e.top_objects) {
+    top.push_back({{"namespace", o.namespace_}, {"name", o.name},
+                   {"writes_per_second", round2(o.writes_per_second)}});
+  }
+  nlohmann::json codes = nlohmann::json::object();
+  for (const CodeCount& c : e.codes) codes[std::to_string(c.code)] = c.count;
+  s.details = {{"rule", e.rule},
+               {"resource_writes_per_second", round2(e.resource_writes_per_second)},
+               {"top_objects", top},
+               {"codes", codes}};
+  std::string what = e.resource + (e.api_group.empty() ? "" : "." + e.api_group);
+  char rate[32];
+  std::snprintf(rate, sizeof(rate), "%.0f", e.resource_writes_per_second);
+  s.summary = "client " + (e.identity.user.empty() ? std::string("unknown") : e.identity.user) +
+              " is writing " + what + " in a loop (" + rate + " writes/s" +
+              (e.top_objects.empty() ? "" : ", top object " + e.top_objects[0].name) + ")";
+  return s;
+}
+
+std::vector<StormTransition> UpdateLoopStormDetector::Evaluate(int64_t now_ns) {
+  std::vector<StormTransition> out;
+  for (UpdateLoopTransition& t : detector_.Evaluate(now_ns)) {
+    out.push_back({t.state, t.at_ns, ToStormEvidence(t.evidence)});
+  }
+  return out;
+}
+
+std::vector<StormEvidence> UpdateLoopStormDetector::Active() const {
+  std::vector<StormEvidence> out;
+  for (const UpdateLoopEvidence& e : detector_.Active()) out.push_back(ToStormEvidence(e));
+  return out;
+}
+
+DetectorStats UpdateLoopStormDetector::Stats() const {
+  UpdateLoopStats s = detector_.Stats();
+  return {s.writes_observed, s.object_evictions + s.resource_evictions,
+          s.tracked_objects + s.tracked_resources};
 }
 
 }  // namespace stormwatch

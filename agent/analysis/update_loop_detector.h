@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/analysis/storm.h"
 #include "agent/core/request_record.h"
 
 namespace stormwatch {
@@ -45,8 +46,6 @@ struct UpdateLoopConfig {
   // Empty when usable; otherwise what is wrong (the detector clamps such values).
   std::vector<std::string> Problems() const;
 };
-
-enum class StormState { kFiring, kResolved };
 
 struct TopObject {
   std::string namespace_;
@@ -78,13 +77,13 @@ struct UpdateLoopEvidence {
   std::string fix = kUpdateLoopFix;
 };
 
-struct StormTransition {
+struct UpdateLoopTransition {
   StormState state = StormState::kFiring;
   int64_t at_ns = 0;
   UpdateLoopEvidence evidence;  // as of the transition
 };
 
-using ActiveStorm = UpdateLoopEvidence;
+using ActiveUpdateLoop = UpdateLoopEvidence;
 
 struct UpdateLoopStats {
   uint64_t writes_observed = 0;
@@ -108,10 +107,10 @@ class UpdateLoopDetector {
 
   // Decides storms on the complete 1 s buckets before `now_ns`; call about once a second
   // (any cadence works: the decision is over buckets, not calls).
-  std::vector<StormTransition> Evaluate(int64_t now_ns);
+  std::vector<UpdateLoopTransition> Evaluate(int64_t now_ns);
 
   // Storms currently firing, with evidence as of the last Evaluate.
-  std::vector<ActiveStorm> Active() const;
+  std::vector<ActiveUpdateLoop> Active() const;
 
   UpdateLoopStats Stats() const;
   const UpdateLoopConfig& config() const { return config_; }
@@ -136,8 +135,30 @@ class UpdateLoopDetector {
   std::list<ResourceEntry> resources_;
   std::unordered_map<std::string, std::list<ResourceEntry>::iterator> resource_index_;
 
-  std::vector<StormTransition> pending_;  // Resolved for firing keys that were evicted
+  std::vector<UpdateLoopTransition> pending_;  // Resolved for firing keys that were evicted
   UpdateLoopStats stats_;
+};
+
+// The update-loop detector behind the common detector interface; identities on `allow` are
+// ignored.
+StormEvidence ToStormEvidence(const UpdateLoopEvidence& e);
+
+class UpdateLoopStormDetector final : public StormDetector {
+ public:
+  explicit UpdateLoopStormDetector(UpdateLoopConfig config = {}, AllowList allow = {})
+      : detector_(std::move(config)), allow_(std::move(allow)) {}
+  const char* storm() const override { return kUpdateLoopStorm; }
+  void Observe(const RequestRecord& r, int64_t now_ns) override {
+    if (!allow_.Allows(r.identity.user)) detector_.Observe(r, now_ns);
+  }
+  std::vector<StormTransition> Evaluate(int64_t now_ns) override;
+  std::vector<StormEvidence> Active() const override;
+  DetectorStats Stats() const override;
+  const UpdateLoopDetector& detector() const { return detector_; }
+
+ private:
+  UpdateLoopDetector detector_;
+  AllowList allow_;
 };
 
 }  // namespace stormwatch

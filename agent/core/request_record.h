@@ -60,6 +60,22 @@ struct QueryShape {
   int64_t timeout_seconds = 0;       // watches: timeoutSeconds
 };
 
+// What the response said beyond its status, where captured (zero values when not).
+struct ResponseFacts {
+  // APF (X-Kubernetes-PF-PriorityLevel-UID / -FlowSchema-UID) and their names when known.
+  std::string priority_level_uid;
+  std::string flow_schema_uid;
+  std::string priority_level;  // e.g. "exempt", "workload-low"; "" when the UID is unmapped
+  std::string flow_schema;
+  int retry_after_s = -1;      // Retry-After of a 429; -1 when absent
+  // From the first bytes of a write's response body (a JSON object), when captured.
+  bool object_seen = false;        // the prefix parsed as an object with metadata
+  int64_t generation = -1;         // metadata.generation; -1 when absent
+  bool deletion_timestamp = false; // metadata.deletionTimestamp set: marked for deletion
+  std::vector<std::string> finalizers;
+  std::string resource_version;
+};
+
 struct RequestRecord {
   // Capture facts.
   uint32_t pid = 0;
@@ -67,6 +83,9 @@ struct RequestRecord {
   uint32_t stream_id = 0;       // HTTP/2 stream, 0 for HTTP/1.1
   uint64_t start_ns = 0;        // CLOCK_MONOTONIC (bpf_ktime_get_ns)
   uint64_t end_ns = 0;
+  std::string protocol = "HTTP/2";  // or "HTTP/1.1"
+  std::string peer_address;     // client ip:port as the server sees it, "" when unknown
+  std::string local_address;    // server ip:port
 
   // HTTP facts.
   std::string method;           // GET PUT POST PATCH DELETE ...
@@ -74,6 +93,7 @@ struct RequestRecord {
   std::string content_type;
   int status = 0;
   uint64_t response_bytes = 0;
+  ResponseFacts response;
 
   // Kubernetes facts, filled by agent/kube.
   RequestInfo info;

@@ -30,7 +30,7 @@ std::string ClientLabel(const Identity& identity) {
   return identity.user.empty() ? "unknown" : identity.user;
 }
 
-RequestPipeline::RequestPipeline(PrometheusExporter* exporter, UpdateLoopConfig update_loop,
+RequestPipeline::RequestPipeline(PrometheusExporter* exporter, const DetectorsConfig& detectors,
                                  TransitionSink on_transition, AssemblerLimits limits,
                                  ConnectionIdentity connection_identity)
     : exporter_(exporter),
@@ -38,8 +38,10 @@ RequestPipeline::RequestPipeline(PrometheusExporter* exporter, UpdateLoopConfig 
       assembler_([this](uint32_t pid, uint64_t conn, std::string_view a,
                         std::string_view ua) { return Resolve(pid, conn, a, ua); },
                  limits),
-      update_loop_(std::move(update_loop)),
-      on_transition_(std::move(on_transition)) {}
+      on_transition_(std::move(on_transition)) {
+  detectors_.push_back(
+      std::make_unique<UpdateLoopStormDetector>(detectors.update_loop, detectors.update_loop_allow));
+}
 
 Identity RequestPipeline::Resolve(uint32_t pid, uint64_t conn, std::string_view authorization,
                                   std::string_view user_agent) {
@@ -114,21 +116,23 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   if (m.verb != "WATCH" && r.end_ns >= r.start_ns) {
     exporter_->ObserveDuration(m.verb, m.group, m.resource, (r.end_ns - r.start_ns) / 1e9);
   }
-  update_loop_.Observe(r, static_cast<int64_t>(r.end_ns));
+  for (auto& d : detectors_) d->Observe(r, static_cast<int64_t>(r.end_ns));
 }
 
 void RequestPipeline::Tick(int64_t now_ns) {
   assembler_.Expire(static_cast<uint64_t>(now_ns));
-  for (const StormTransition& t : update_loop_.Evaluate(now_ns)) {
-    const UpdateLoopEvidence& e = t.evidence;
-    bool firing = t.state == StormState::kFiring;
-    exporter_->SetStormActive({{"storm", e.storm},
-                               {"client", ClientLabel(e.identity)},
-                               {"group", e.api_group},
-                               {"resource", e.resource}},
-                              firing);
-    if (firing) exporter_->CountStormStarted(e.storm);
-    on_transition_(t);
+  for (auto& d : detectors_) {
+    for (const StormTransition& t : d->Evaluate(now_ns)) {
+      const StormEvidence& e = t.evidence;
+      bool firing = t.state == StormState::kFiring;
+      exporter_->SetStormActive({{"storm", e.storm},
+                                 {"client", ClientLabel(e.identity)},
+                                 {"group", e.api_group},
+                                 {"resource", e.resource}},
+                                firing);
+      if (firing) exporter_->CountStormStarted(e.storm);
+      on_transition_(t);
+    }
   }
   const AssemblerStats& a = assembler_.stats();
   exporter_->SetCaptureLoss("request_without_response", a.requests_without_response);

@@ -6,13 +6,15 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "agent/analysis/update_loop_detector.h"
+#include "agent/analysis/detector_config.h"
+#include "agent/analysis/storm.h"
 #include "agent/core/request_record.h"
 #include "agent/protocol/request_assembler.h"
 #include "exporters/prometheus_exporter.h"
@@ -58,7 +60,7 @@ class RequestPipeline {
  public:
   using TransitionSink = std::function<void(const StormTransition&)>;
 
-  RequestPipeline(PrometheusExporter* exporter, UpdateLoopConfig update_loop,
+  RequestPipeline(PrometheusExporter* exporter, const DetectorsConfig& detectors,
                   TransitionSink on_transition, AssemblerLimits limits = {},
                   ConnectionIdentity connection_identity = nullptr);
 
@@ -74,7 +76,7 @@ class RequestPipeline {
 
   const PipelineStats& stats() const { return stats_; }
   const RequestAssembler& assembler() const { return assembler_; }
-  const UpdateLoopDetector& update_loop() const { return update_loop_; }
+  const std::vector<std::unique_ptr<StormDetector>>& detectors() const { return detectors_; }
 
  private:
   void OnRequest(RequestRecord& r);
@@ -86,7 +88,7 @@ class RequestPipeline {
   IdentityCache identities_;
   ConnectionIdentity connection_identity_;
   RequestAssembler assembler_;
-  UpdateLoopDetector update_loop_;
+  std::vector<std::unique_ptr<StormDetector>> detectors_;  // one per enabled storm
   TransitionSink on_transition_;
   PipelineStats stats_;
   std::unordered_map<uint32_t, TargetRole> roles_;  // by process; unknown = apiserver

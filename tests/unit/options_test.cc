@@ -24,11 +24,11 @@ TEST(Options, Defaults) {
   EXPECT_TRUE(o->pids.empty());
   EXPECT_EQ(o->metrics_address, "0.0.0.0:9847");
   EXPECT_EQ(o->health_address, "0.0.0.0:9848");
-  EXPECT_EQ(o->update_loop.object_rate, 5.0);
-  EXPECT_EQ(o->update_loop.object_sustain_s, 10);
-  EXPECT_EQ(o->update_loop.resource_rate, 100.0);
-  EXPECT_EQ(o->update_loop.resource_sustain_s, 3);
-  EXPECT_EQ(o->update_loop.resolve_s, 10);
+  EXPECT_EQ(o->detectors.update_loop.object_rate, 5.0);
+  EXPECT_EQ(o->detectors.update_loop.object_sustain_s, 10);
+  EXPECT_EQ(o->detectors.update_loop.resource_rate, 100.0);
+  EXPECT_EQ(o->detectors.update_loop.resource_sustain_s, 3);
+  EXPECT_EQ(o->detectors.update_loop.resolve_s, 10);
 }
 
 TEST(Options, ContractFlags) {
@@ -39,8 +39,8 @@ TEST(Options, ContractFlags) {
   EXPECT_EQ(o->pids, (std::vector<pid_t>{12, 34, 56}));
   EXPECT_EQ(o->metrics_address, "127.0.0.1:1234");
   EXPECT_EQ(o->target_names, (std::vector<std::string>{"kube-apiserver"}));
-  EXPECT_EQ(o->update_loop.resource_rate, 50.5);
-  EXPECT_EQ(o->update_loop.resolve_s, 30);
+  EXPECT_EQ(o->detectors.update_loop.resource_rate, 50.5);
+  EXPECT_EQ(o->detectors.update_loop.resolve_s, 30);
   EXPECT_EQ(o->health_address, "");
 }
 

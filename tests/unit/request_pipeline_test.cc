@@ -81,7 +81,7 @@ class PipelineTest : public ::testing::Test {
  protected:
   PrometheusExporter exporter_;
   std::vector<StormTransition> transitions_;
-  RequestPipeline pipeline_{&exporter_, UpdateLoopConfig{},
+  RequestPipeline pipeline_{&exporter_, DetectorsConfig{},
                             [this](const StormTransition& t) { transitions_.push_back(t); }};
   uint32_t stream_ = 1;
 
@@ -132,8 +132,8 @@ TEST_F(PipelineTest, CountsWithApiserverLabelsAndNamesTheLoop) {
   EXPECT_EQ(t.evidence.identity.user, "system:serviceaccount:datajobs-system:datajob-operator");
   EXPECT_EQ(t.evidence.identity.pod_name, "op-7d9f");
   EXPECT_EQ(t.evidence.resource, "datajobs");
-  ASSERT_FALSE(t.evidence.top_objects.empty());
-  EXPECT_EQ(t.evidence.top_objects[0].name, "nightly");
+  ASSERT_FALSE(t.evidence.details["top_objects"].empty());
+  EXPECT_EQ(t.evidence.details["top_objects"][0]["name"], "nightly");
   EXPECT_NE(m.find(R"(stormwatch_storm_active{client="system:serviceaccount:datajobs-system:datajob-operator",group="batch.company.com",resource="datajobs",storm="update_loop"} 1)"), std::string::npos) << m;
 
   // The alert line carries identity, evidence and fix, and no credential.

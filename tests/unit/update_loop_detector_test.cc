@@ -82,7 +82,7 @@ class Sim {
 
   void EvaluateUntil(int64_t t) {
     while (next_eval_ <= t) {
-      for (StormTransition& tr : det_.Evaluate(next_eval_)) transitions_.push_back(std::move(tr));
+      for (UpdateLoopTransition& tr : det_.Evaluate(next_eval_)) transitions_.push_back(std::move(tr));
       active_at_[next_eval_ / kSec] = det_.Active().size();
       next_eval_ += kSec;
     }
@@ -92,11 +92,11 @@ class Sim {
     auto it = active_at_.find(second);
     return it == active_at_.end() ? 0 : it->second;
   }
-  const std::vector<StormTransition>& transitions() const { return transitions_; }
+  const std::vector<UpdateLoopTransition>& transitions() const { return transitions_; }
   UpdateLoopDetector& det() { return det_; }
 
-  std::vector<StormTransition> Of(StormState state) const {
-    std::vector<StormTransition> out;
+  std::vector<UpdateLoopTransition> Of(StormState state) const {
+    std::vector<UpdateLoopTransition> out;
     for (const auto& t : transitions_) {
       if (t.state == state) out.push_back(t);
     }
@@ -106,7 +106,7 @@ class Sim {
  private:
   UpdateLoopDetector det_;
   int64_t next_eval_ = kSec;
-  std::vector<StormTransition> transitions_;
+  std::vector<UpdateLoopTransition> transitions_;
   std::map<int64_t, size_t> active_at_;
 };
 
@@ -135,7 +135,7 @@ TEST(UpdateLoopTest, AboveObjectRateLongEnoughFiresOnce) {
   sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 11, 2, 0, 11 * kSec), 60 * kSec);
   auto firing = sim.Of(StormState::kFiring);
   ASSERT_EQ(firing.size(), 1u);
-  const StormTransition& f = firing[0];
+  const UpdateLoopTransition& f = firing[0];
   EXPECT_EQ(f.at_ns, 10 * kSec);  // ten complete seconds at >= 5 writes
   EXPECT_EQ(f.evidence.storm, "update_loop");
   EXPECT_EQ(f.evidence.rule, "object");

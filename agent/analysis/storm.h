@@ -1,0 +1,130 @@
+// What every storm detector (STORMS.md, one per `storm:` name) has in common: it is fed
+// finished requests, decides over whole seconds of an injected monotonic clock, and reports a
+// storm as one Firing transition and, later, one Resolved transition (hysteresis inside).
+//
+// Exporters (metrics, the JSON alert line, Alertmanager) only see StormEvidence, so a new
+// detector needs no exporter change.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/core/request_record.h"
+
+namespace stormwatch {
+
+// Identities a detector ignores: exact user names ("system:serviceaccount:kube-system:foo")
+// or prefixes ending in '*' ("system:node:*"). Matched against Identity::user.
+struct AllowList {
+  std::vector<std::string> users;
+  bool Allows(const std::string& user) const {
+    for (const std::string& u : users) {
+      if (!u.empty() && u.back() == '*') {
+        if (user.compare(0, u.size() - 1, u, 0, u.size() - 1) == 0) return true;
+      } else if (u == user) {
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+enum class StormState {
+  kFiring,    // the condition held long enough: one alert
+  kResolved,  // calm long enough after firing
+};
+
+struct StormEvidence {
+  std::string storm;                // STORMS.md name: update_loop, list_storm, ...
+  std::string severity = "warning"; // "warning", or "critical" when escalated
+  Identity identity;                // the client; for stuck_finalizers the silent controller
+  std::string api_group;            // "" = core group
+  std::string resource;             // "" when the storm is about a client, not a resource
+  std::string namespace_;           // when all evidence shares one, else ""
+  std::string summary;              // one line a tired on-call engineer reads first
+  // Rates, bytes, top objects, request shape, priority level...: a JSON object whose members
+  // are numbers, strings, booleans or arrays of small objects. Never a credential or a body.
+  nlohmann::json details = nlohmann::json::object();
+  std::string fix;                  // what to change
+  int64_t since_ns = 0;             // start of the condition that fired (monotonic)
+  int64_t fired_ns = 0;             // when Firing was emitted (monotonic)
+};
+
+struct StormTransition {
+  StormState state = StormState::kFiring;
+  int64_t at_ns = 0;
+  StormEvidence evidence;  // as of the transition; Resolved carries the last firing evidence
+};
+
+struct DetectorStats {
+  uint64_t observed = 0;   // requests the detector looked at (not ignored outright)
+  uint64_t evictions = 0;  // tracked keys dropped to stay within limits
+  size_t tracked = 0;      // keys held now
+};
+
+class StormDetector {
+ public:
+  virtual ~StormDetector() = default;
+  virtual const char* storm() const = 0;
+  // One finished request. `now_ns` is monotonic (the request's end); r.start_ns/end_ns may be
+  // used for latency.
+  virtual void Observe(const RequestRecord& r, int64_t now_ns) = 0;
+  // Decides over the complete 1 s buckets before now_ns; called about once a second.
+  virtual std::vector<StormTransition> Evaluate(int64_t now_ns) = 0;
+  // Storms firing now, evidence as of the last Evaluate.
+  virtual std::vector<StormEvidence> Active() const = 0;
+  virtual DetectorStats Stats() const = 0;
+};
+
+inline constexpr int64_t kNsPerSecond = 1'000'000'000;
+
+// Counts per whole second over the last `seconds` seconds, in a fixed ring: O(1) memory per
+// key whatever the rate. Seconds are absolute (now_ns / 1e9).
+class SecondBuckets {
+ public:
+  explicit SecondBuckets(size_t seconds = 16) : counts_(seconds, 0.0) {}
+  void Add(int64_t now_ns, double amount = 1.0) {
+    int64_t s = now_ns / kNsPerSecond;
+    Advance(s);
+    if (s > head_ - static_cast<int64_t>(counts_.size())) counts_[Index(s)] += amount;
+  }
+  // The count of second `s` (0 when outside the window).
+  double At(int64_t s) const {
+    if (s > head_ || s <= head_ - static_cast<int64_t>(counts_.size())) return 0;
+    return counts_[Index(s)];
+  }
+  // Sum over seconds [last - n + 1, last].
+  double Sum(int64_t last, int n) const {
+    double total = 0;
+    for (int i = 0; i < n; ++i) total += At(last - i);
+    return total;
+  }
+  // True when each of the `n` seconds ending at `last` holds >= threshold.
+  bool EachAtLeast(int64_t last, int n, double threshold) const {
+    if (n > static_cast<int>(counts_.size())) return false;
+    for (int i = 0; i < n; ++i) {
+      if (At(last - i) < threshold) return false;
+    }
+    return true;
+  }
+  size_t seconds() const { return counts_.size(); }
+
+ private:
+  size_t Index(int64_t s) const {
+    int64_t n = static_cast<int64_t>(counts_.size());
+    return static_cast<size_t>(((s % n) + n) % n);
+  }
+  void Advance(int64_t s) {
+    if (s <= head_) return;
+    int64_t n = static_cast<int64_t>(counts_.size());
+    for (int64_t t = std::max(head_ + 1, s - n + 1); t <= s; ++t) counts_[Index(t)] = 0;
+    head_ = s;
+  }
+  std::vector<double> counts_;
+  int64_t head_ = INT64_MIN / 2;
+};
+
+}  // namespace stormwatch
