@@ -133,8 +133,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     }
     exporter->SetCaptureLoss("client_cert_unreadable", cert_identities.read_errors());
     auto hits = (*probes)->ReadHits();
-    exporter->SetProbeHits("http2_process_headers", hits[0]);
-    exporter->SetProbeHits("http2_handler_done", hits[1]);
+    for (size_t i = 0; i < hits.size(); ++i) exporter->SetProbeHits(GoHttpProbes::ProbeName(i), hits[i]);
   }
   // Drain what the ring buffer still holds so a clean stop loses nothing already captured.
   (*probes)->Consume();

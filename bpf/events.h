@@ -10,6 +10,8 @@
 enum sw_event_type {
   SW_EV_H2_REQUEST = 1,   /* decoded request header fields of one HTTP/2 stream */
   SW_EV_H2_RESPONSE = 2,  /* the handler of one HTTP/2 stream finished */
+  SW_EV_TLS_DATA = 3,     /* HTTP/1.1: bytes one server connection read returned or write was given */
+  SW_EV_TLS_CLOSE = 4,    /* HTTP/1.1: net/http.(*conn).close: the connection is over */
 };
 
 /* Why an event, or part of one, was lost. Indexes the per-CPU drop counters. */
@@ -43,6 +45,9 @@ struct sw_go_offsets {
   __u32 rws_wrote_bytes;   /* responseWriterState.wroteBytes (int64) */
   __u32 stream_sc;         /* stream.sc (*serverConn) */
   __u32 stream_id;         /* stream.id (uint32) */
+  __u32 rws_req;           /* responseWriterState.req (*http.Request; Method string at +0) */
+  __u32 rws_bw;            /* responseWriterState.bw (*bufio.Writer: buf []byte at +16, n at +40) */
+  __u32 rws_handler_header; /* responseWriterState.handlerHeader (http.Header: *runtime.hmap) */
 };
 
 struct sw_event_header {
@@ -63,10 +68,50 @@ struct sw_h2_request {
   __u8 data[SW_DATA_SIZE];
 };
 
+/* Response headers kept from the handler's header map (kube-apiserver's APF headers and a
+ * 429's Retry-After), and the start of a write's response body while it still sits unflushed in
+ * the stream's 4 KB bufio.Writer (bodies that fit: most single objects), for object facts
+ * (generation, deletionTimestamp, finalizers). */
+#define SW_UID_MAX 48
+#define SW_RETRY_AFTER_MAX 16
+#define SW_BODY_PREFIX 4096
 struct sw_h2_response {
   struct sw_event_header hdr;
   __s64 status;          /* 0: the handler wrote no header; net/http then sends 200 */
   __s64 wrote_bytes;     /* response body bytes written by the handler */
+  __u8 priority_level_uid_len;
+  __u8 flow_schema_uid_len;
+  __u8 retry_after_len;
+  __u8 header_walk_incomplete; /* the header map was too big or changing: values may be missing */
+  __u32 body_len;        /* bytes in body (0: not a write, or the body was flushed already) */
+  char priority_level_uid[SW_UID_MAX];
+  char flow_schema_uid[SW_UID_MAX];
+  char retry_after[SW_RETRY_AFTER_MAX];
+  __u8 body[SW_BODY_PREFIX];
+};
+
+/* HTTP/1.1: the plaintext of one read or write of net/http's server connection, above TLS
+ * (hdr.conn = the *net/http.conn, stream_id 0). A bounded prefix of the call's bytes is kept
+ * (none for a write that continues a response already started: its head went out), plus its
+ * last bytes so the user-space parser sees a chunked body's terminating "0\r\n\r\n" without the
+ * middle of a large response. */
+#define SW_TLS_CAPTURE 4096
+#define SW_TLS_TAIL 16
+enum sw_tls_direction {
+  SW_TLS_READ = 0,   /* from the peer: requests, on the server side */
+  SW_TLS_WRITE = 1,  /* to the peer: responses, on the server side */
+};
+struct sw_tls_data {
+  struct sw_event_header hdr;
+  __u32 direction;   /* enum sw_tls_direction */
+  __u32 total_len;   /* bytes the call moved (Read: returned n; Write: len(b)) */
+  __u32 captured;    /* bytes in data: min(total_len, SW_TLS_CAPTURE) */
+  __u32 tail_len;    /* bytes in tail: the call's last bytes, when total_len > captured */
+  __u8 tail[SW_TLS_TAIL];
+  __u8 data[SW_TLS_CAPTURE];
+};
+struct sw_tls_close {
+  struct sw_event_header hdr;
 };
 
 #endif

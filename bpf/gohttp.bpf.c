@@ -37,10 +37,12 @@ struct {
   __type(value, __u64);
 } drops SEC(".maps");
 
-/* Probe hits per program, for the probe-budget figures printed by benchmarks. */
+/* Probe hits per program, for the probe-budget figures printed by benchmarks:
+ * processHeaders, handlerDone, HTTP/1.1 read entry, read return, write, close. */
+#define SW_PROBE_COUNT 6
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 2);
+  __uint(max_entries, SW_PROBE_COUNT);
   __type(key, __u32);
   __type(value, __u64);
 } hits SEC(".maps");
@@ -159,31 +161,359 @@ int BPF_UPROBE(h2_process_headers) {
   return 0;
 }
 
+/* Scratch space for one response event (4 KB of body prefix). */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct sw_h2_response);
+} response_scratch SEC(".maps");
+
+/* Go runtime maps (Go 1.19-1.23, before swiss tables): http.Header is a map[string][]string
+ * whose buckets are {tophash [8]uint8; keys [8]string; elems [8][]string; overflow *bmap}.
+ * tests/unit/go_offsets_test.cc checks these against each toolchain's DWARF. */
+#define GO_BUCKET_SIZE 336
+#define GO_BUCKET_KEYS 8
+#define GO_BUCKET_ELEMS 136
+#define GO_BUCKET_OVERFLOW 328
+#define GO_MIN_TOP_HASH 5      /* below: empty or evacuated slots */
+#define GO_SAME_SIZE_GROW 8    /* hmap.flags */
+#define SW_MAX_BUCKET_VISITS 24
+
+struct go_hmap {
+  __u64 count;
+  __u8 flags;
+  __u8 B;
+  __u16 noverflow;
+  __u32 hash0;
+  __u64 buckets;
+  __u64 oldbuckets;
+};
+
+struct go_bucket {
+  __u8 bytes[GO_BUCKET_SIZE];
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct go_bucket);
+} bucket_scratch SEC(".maps");
+
+struct header_walk {
+  struct sw_h2_response *r;
+  struct go_bucket *bucket;
+  __u64 base;      /* bucket array being walked */
+  __u64 nbuckets;
+  __u64 index;     /* bucket index in that array */
+  __u64 cur;       /* bucket (or overflow bucket) being read */
+  __u64 next;      /* the overflow bucket after cur */
+  __u64 old_base;  /* oldbuckets, walked after buckets while the map grows */
+  __u64 old_n;
+  __u32 visits;
+  __u8 found;
+  __u8 done;
+};
+
+/* Canonical header keys (http.Header.Set canonicalises them), recognised by length and three
+ * 8-byte words (start, at 13, end), little-endian: no byte loops for the verifier. */
+#define KEY_PRIORITY_LEVEL_LEN 33 /* X-Kubernetes-Pf-Prioritylevel-Uid */
+#define KEY_FLOW_SCHEMA_LEN 30    /* X-Kubernetes-Pf-Flowschema-Uid */
+#define KEY_RETRY_AFTER_LEN 11    /* Retry-After */
+#define W_X_KUBERN 0x6e726562754b2d58ULL /* "X-Kubern" */
+#define W_PF_PRIOR 0x726f6972502d6650ULL /* "Pf-Prior" */
+#define W_PF_FLOWS 0x73776f6c462d6650ULL /* "Pf-Flows" */
+#define W_EVEL_UID 0x6469552d6c657665ULL /* "evel-Uid" */
+#define W_HEMA_UID 0x6469552d616d6568ULL /* "hema-Uid" */
+#define W_RETRY_AF 0x66412d7972746552ULL /* "Retry-Af" */
+#define W_RY_AFTER 0x72657466412d7972ULL /* "ry-After" */
+
+/* One slot of the current bucket per call (i % 8); the next bucket is read at slot 0. */
+static long walk_one_slot(__u64 i, void *vctx) {
+  struct header_walk *w = vctx;
+  struct go_bucket *b = w->bucket;
+  __u32 slot = i & 7;
+  if (slot == 0) {
+    if (w->done || w->visits >= SW_MAX_BUCKET_VISITS) return 1;
+    if (w->next) {
+      w->cur = w->next;
+    } else {
+      if (w->visits > 0) w->index++;
+      if (w->index >= w->nbuckets) {
+        if (w->old_base == 0) return 1;
+        w->base = w->old_base;
+        w->nbuckets = w->old_n;
+        w->old_base = 0;
+        w->index = 0;
+      }
+      w->cur = w->base + w->index * GO_BUCKET_SIZE;
+    }
+    w->visits++;
+    if (bpf_probe_read_user(b->bytes, sizeof(b->bytes), (void *)w->cur)) {
+      count(&drops, SW_DROP_READ_FAILED);
+      return 1;
+    }
+    w->next = *(__u64 *)&b->bytes[GO_BUCKET_OVERFLOW];
+  }
+  if (b->bytes[slot] < GO_MIN_TOP_HASH) return 0;
+  __u64 key_ptr = *(__u64 *)&b->bytes[GO_BUCKET_KEYS + slot * 16];
+  __u64 key_len = *(__u64 *)&b->bytes[GO_BUCKET_KEYS + slot * 16 + 8];
+  __u64 elem_ptr = *(__u64 *)&b->bytes[GO_BUCKET_ELEMS + slot * 24];
+  __u64 elem_len = *(__u64 *)&b->bytes[GO_BUCKET_ELEMS + slot * 24 + 8];
+  if (key_len != KEY_PRIORITY_LEVEL_LEN && key_len != KEY_FLOW_SCHEMA_LEN &&
+      key_len != KEY_RETRY_AFTER_LEN)
+    return 0;
+  __u64 first = 0, middle = 0, last = 0;
+  if (bpf_probe_read_user(&first, 8, (void *)key_ptr) ||
+      bpf_probe_read_user(&last, 8, (void *)(key_ptr + key_len - 8)))
+    return 0;
+  if (key_len > 21 && bpf_probe_read_user(&middle, 8, (void *)(key_ptr + 13))) return 0;
+
+  struct sw_h2_response *r = w->r;
+  struct go_string v;
+  if (elem_len == 0 || bpf_probe_read_user(&v, sizeof(v), (void *)elem_ptr) || v.len == 0) return 0;
+  if (key_len == KEY_PRIORITY_LEVEL_LEN && first == W_X_KUBERN && middle == W_PF_PRIOR &&
+      last == W_EVEL_UID) {
+    __u32 n = v.len > SW_UID_MAX - 1 ? SW_UID_MAX - 1 : (__u32)v.len;
+    if (bpf_probe_read_user(r->priority_level_uid, n & 63, (void *)v.ptr)) return 0;
+    r->priority_level_uid_len = n;
+  } else if (key_len == KEY_FLOW_SCHEMA_LEN && first == W_X_KUBERN && middle == W_PF_FLOWS &&
+             last == W_HEMA_UID) {
+    __u32 n = v.len > SW_UID_MAX - 1 ? SW_UID_MAX - 1 : (__u32)v.len;
+    if (bpf_probe_read_user(r->flow_schema_uid, n & 63, (void *)v.ptr)) return 0;
+    r->flow_schema_uid_len = n;
+  } else if (key_len == KEY_RETRY_AFTER_LEN && first == W_RETRY_AF && last == W_RY_AFTER) {
+    __u32 n = v.len > SW_RETRY_AFTER_MAX - 1 ? SW_RETRY_AFTER_MAX - 1 : (__u32)v.len;
+    if (bpf_probe_read_user(r->retry_after, n & 15, (void *)v.ptr)) return 0;
+    r->retry_after_len = n;
+  } else {
+    return 0;
+  }
+  if (++w->found >= 3) w->done = 1;
+  return 0;
+}
+
+/* Finds the APF and Retry-After headers in the handler's header map. */
+static __always_inline void read_response_headers(__u64 hmap_ptr, struct sw_h2_response *r) {
+  __u32 zero = 0;
+  struct go_bucket *bucket = bpf_map_lookup_elem(&bucket_scratch, &zero);
+  struct go_hmap h;
+  if (!bucket || hmap_ptr == 0 || bpf_probe_read_user(&h, sizeof(h), (void *)hmap_ptr)) return;
+  if (h.count == 0 || h.buckets == 0) return;
+  if (h.B > 3) { /* more than ~52 headers: not walked */
+    r->header_walk_incomplete = 1;
+    return;
+  }
+  struct header_walk w = {.r = r, .bucket = bucket, .base = h.buckets, .nbuckets = 1ULL << h.B};
+  if (h.oldbuckets) {
+    w.old_base = h.oldbuckets;
+    w.old_n = (h.flags & GO_SAME_SIZE_GROW) || h.B == 0 ? 1ULL << h.B : 1ULL << (h.B - 1);
+  }
+  bpf_loop(SW_MAX_BUCKET_VISITS * 8, walk_one_slot, &w, 0);
+  if (w.visits >= SW_MAX_BUCKET_VISITS && !w.done) r->header_walk_incomplete = 1;
+}
+
+/* The response body is still in the stream's bufio.Writer when the handler wrote less than its
+ * 4 KB and did not flush: then wroteBytes == bw.n and bw.buf[0:n] is the whole body. */
+static __always_inline void read_body_prefix(__u64 bw, __s64 wrote_bytes, struct sw_h2_response *r) {
+  struct {
+    __u64 buf_ptr;
+    __u64 buf_len;
+    __u64 buf_cap;
+    __s64 n;
+  } w;
+  if (wrote_bytes <= 0 || bw == 0 || bpf_probe_read_user(&w, sizeof(w), (void *)(bw + 16))) return;
+  if (w.n != wrote_bytes || w.n <= 0) return;
+  __u32 n = w.n > SW_BODY_PREFIX ? SW_BODY_PREFIX : (__u32)w.n;
+  if (bpf_probe_read_user(r->body, n & (SW_BODY_PREFIX - 1 | SW_BODY_PREFIX), (void *)w.buf_ptr)) return;
+  r->body_len = n;
+}
+
 SEC("uprobe")
 int BPF_UPROBE(h2_handler_done) {
   count(&hits, 1);
   __u32 slot = (__u32)bpf_get_attach_cookie(ctx);
   const struct sw_go_offsets *off = bpf_map_lookup_elem(&go_offsets, &slot);
-  if (!off) return 0;
+  __u32 zero = 0;
+  struct sw_h2_response *r = bpf_map_lookup_elem(&response_scratch, &zero);
+  if (!off || !r) return 0;
 
   __u64 w = ctx->ax;
   __u64 rws = 0, stream = 0;
-  struct sw_h2_response r = {};
   if (bpf_probe_read_user(&rws, sizeof(rws), (void *)(w + off->rw_rws)) ||
       bpf_probe_read_user(&stream, sizeof(stream), (void *)(rws + off->rws_stream)) ||
-      bpf_probe_read_user(&r.hdr.conn, sizeof(r.hdr.conn), (void *)(stream + off->stream_sc)) ||
-      bpf_probe_read_user(&r.hdr.stream_id, sizeof(r.hdr.stream_id),
+      bpf_probe_read_user(&r->hdr.conn, sizeof(r->hdr.conn), (void *)(stream + off->stream_sc)) ||
+      bpf_probe_read_user(&r->hdr.stream_id, sizeof(r->hdr.stream_id),
                           (void *)(stream + off->stream_id)) ||
-      bpf_probe_read_user(&r.status, sizeof(r.status), (void *)(rws + off->rws_status)) ||
-      bpf_probe_read_user(&r.wrote_bytes, sizeof(r.wrote_bytes),
+      bpf_probe_read_user(&r->status, sizeof(r->status), (void *)(rws + off->rws_status)) ||
+      bpf_probe_read_user(&r->wrote_bytes, sizeof(r->wrote_bytes),
                           (void *)(rws + off->rws_wrote_bytes))) {
     count(&drops, SW_DROP_READ_FAILED);
     return 0;
   }
-  r.hdr.type = SW_EV_H2_RESPONSE;
-  r.hdr.tgid = bpf_get_current_pid_tgid() >> 32;
-  r.hdr.ts_ns = bpf_ktime_get_ns();
-  r.hdr.target = slot;
-  if (bpf_ringbuf_output(&events, &r, sizeof(r), BPF_RB_NO_WAKEUP)) count(&drops, SW_DROP_RINGBUF_FULL);
+  r->hdr.type = SW_EV_H2_RESPONSE;
+  r->hdr.tgid = bpf_get_current_pid_tgid() >> 32;
+  r->hdr.ts_ns = bpf_ktime_get_ns();
+  r->hdr.target = slot;
+  r->priority_level_uid_len = 0;
+  r->flow_schema_uid_len = 0;
+  r->retry_after_len = 0;
+  r->header_walk_incomplete = 0;
+  r->body_len = 0;
+
+  __u64 header_map = 0, req = 0, bw = 0;
+  if (!bpf_probe_read_user(&header_map, sizeof(header_map), (void *)(rws + off->rws_handler_header)))
+    read_response_headers(header_map, r);
+  /* Object facts only for writes: PUT, PATCH, POST, DELETE (method's first byte P or D). */
+  struct go_string method = {};
+  char m0 = 0;
+  if (!bpf_probe_read_user(&req, sizeof(req), (void *)(rws + off->rws_req)) && req &&
+      !bpf_probe_read_user(&method, sizeof(method), (void *)req) && method.len > 0 &&
+      !bpf_probe_read_user(&m0, 1, (void *)method.ptr) && (m0 == 'P' || m0 == 'D') &&
+      !bpf_probe_read_user(&bw, sizeof(bw), (void *)(rws + off->rws_bw)))
+    read_body_prefix(bw, r->wrote_bytes, r);
+
+  __u64 size = offsetof(struct sw_h2_response, body) + (r->body_len & (SW_BODY_PREFIX - 1 | SW_BODY_PREFIX));
+  if (size > sizeof(*r)) return 0;
+  if (bpf_ringbuf_output(&events, r, size, BPF_RB_NO_WAKEUP)) count(&drops, SW_DROP_RINGBUF_FULL);
+  return 0;
+}
+
+/* ---- HTTP/1.1 (net/http's own server, over TLS or not) ----
+ * Hooked above TLS but below the HTTP parser, where only HTTP/1.1 server connections pass:
+ * net/http.(*connReader).Read (entry + every RET: the plaintext a request read returned) and
+ * net/http.checkConnErrorWriter.Write (entry: the plaintext of a response write), plus
+ * (*conn).close. HTTP/2 connections are handed to the HTTP/2 server before these exist, so they
+ * cost HTTP/2 traffic nothing (a crypto/tls.(*Conn) hook would fire for every frame read).
+ * Key: the *net/http.conn, the same for reads (connReader.conn at +0) and writes (the writer's
+ * only field). Bytes are parsed in user space (agent/protocol/http1_stream). */
+
+struct read_call_key {
+  __u32 tgid;
+  __u32 pad;
+  __u64 goroutine; /* R14 holds the g in Go's register ABI, at entry and at every RET */
+};
+
+struct read_call {
+  __u64 conn;
+  __u64 buf;
+  __u64 entry_ns;
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 16384);
+  __type(key, struct read_call_key);
+  __type(value, struct read_call);
+} http1_reads SEC(".maps");
+
+struct conn_key {
+  __u32 tgid;
+  __u32 pad;
+  __u64 conn;
+};
+
+/* Direction of the connection's previous call: a write that follows a write continues the same
+ * response, whose head went out already, so only its length and last bytes are sent. */
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 65536);
+  __type(key, struct conn_key);
+  __type(value, __u32);
+} http1_last_direction SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct sw_tls_data);
+} tls_scratch SEC(".maps");
+
+static __always_inline int emit_http1_data(void *ctx, __u32 slot, __u64 conn, __u32 direction,
+                                           __u64 buf, __u64 len) {
+  __u32 zero = 0;
+  struct sw_tls_data *e = bpf_map_lookup_elem(&tls_scratch, &zero);
+  if (!e || len == 0) return 0;
+  __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+  struct conn_key ck = {.tgid = tgid, .conn = conn};
+  __u32 *last = bpf_map_lookup_elem(&http1_last_direction, &ck);
+  int continuation = direction == SW_TLS_WRITE && last && *last == SW_TLS_WRITE;
+  bpf_map_update_elem(&http1_last_direction, &ck, &direction, BPF_ANY);
+
+  e->hdr.type = SW_EV_TLS_DATA;
+  e->hdr.tgid = tgid;
+  e->hdr.ts_ns = bpf_ktime_get_ns();
+  e->hdr.conn = conn;
+  e->hdr.stream_id = 0;
+  e->hdr.target = slot;
+  e->direction = direction;
+  e->total_len = len > 0xffffffffULL ? 0xffffffff : (__u32)len;
+  __u32 captured = continuation ? 0 : (len > SW_TLS_CAPTURE ? SW_TLS_CAPTURE : (__u32)len);
+  e->captured = 0;
+  e->tail_len = 0;
+  if (captured > 0) {
+    if (bpf_probe_read_user(e->data, captured & (SW_TLS_CAPTURE - 1 | SW_TLS_CAPTURE), (void *)buf)) {
+      count(&drops, SW_DROP_READ_FAILED);
+      return 0;
+    }
+    e->captured = captured;
+  }
+  if (len > captured) {
+    __u32 tail = len - captured > SW_TLS_TAIL ? SW_TLS_TAIL : (__u32)(len - captured);
+    if (bpf_probe_read_user(e->tail, tail & (SW_TLS_TAIL - 1 | SW_TLS_TAIL), (void *)(buf + len - tail)) == 0)
+      e->tail_len = tail;
+  }
+  __u64 size = offsetof(struct sw_tls_data, data) + (e->captured & (SW_TLS_CAPTURE - 1 | SW_TLS_CAPTURE));
+  if (size > sizeof(*e)) return 0;
+  if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP)) count(&drops, SW_DROP_RINGBUF_FULL);
+  return 0;
+}
+
+SEC("uprobe")
+int BPF_UPROBE(http1_read_enter) {
+  count(&hits, 2);
+  struct read_call_key k = {.tgid = bpf_get_current_pid_tgid() >> 32, .goroutine = ctx->r14};
+  struct read_call c = {.buf = ctx->bx, .entry_ns = 0};
+  if (bpf_probe_read_user(&c.conn, sizeof(c.conn), (void *)ctx->ax)) {  /* connReader.conn */
+    count(&drops, SW_DROP_READ_FAILED);
+    return 0;
+  }
+  bpf_map_update_elem(&http1_reads, &k, &c, BPF_ANY);
+  return 0;
+}
+
+SEC("uprobe")
+int BPF_UPROBE(http1_read_return) {
+  count(&hits, 3);
+  struct read_call_key k = {.tgid = bpf_get_current_pid_tgid() >> 32, .goroutine = ctx->r14};
+  struct read_call *c = bpf_map_lookup_elem(&http1_reads, &k);
+  if (!c) return 0;
+  struct read_call call = *c;
+  bpf_map_delete_elem(&http1_reads, &k);
+  __s64 n = (__s64)ctx->ax;
+  if (n <= 0) return 0;
+  return emit_http1_data(ctx, (__u32)bpf_get_attach_cookie(ctx), call.conn, SW_TLS_READ, call.buf, n);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(http1_write) {
+  count(&hits, 4);
+  return emit_http1_data(ctx, (__u32)bpf_get_attach_cookie(ctx), ctx->ax, SW_TLS_WRITE, ctx->bx,
+                         ctx->cx);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(http1_close) {
+  count(&hits, 5);
+  struct conn_key ck = {.tgid = bpf_get_current_pid_tgid() >> 32, .conn = ctx->ax};
+  if (bpf_map_delete_elem(&http1_last_direction, &ck)) return 0;  /* never carried data */
+  struct sw_tls_close e = {};
+  e.hdr.type = SW_EV_TLS_CLOSE;
+  e.hdr.tgid = ck.tgid;
+  e.hdr.ts_ns = bpf_ktime_get_ns();
+  e.hdr.conn = ck.conn;
+  e.hdr.target = (__u32)bpf_get_attach_cookie(ctx);
+  if (bpf_ringbuf_output(&events, &e, sizeof(e), BPF_RB_NO_WAKEUP)) count(&drops, SW_DROP_RINGBUF_FULL);
   return 0;
 }

@@ -23,6 +23,9 @@ constexpr sw_go_offsets kLayoutWithoutBody = {
     .rws_wrote_bytes = 96,
     .stream_sc = 0,         // stream{sc *serverConn; id uint32; ...}
     .stream_id = 8,
+    .rws_req = 8,
+    .rws_bw = 24,
+    .rws_handler_header = 32,
 };
 
 // net/http's bundled copy up to Go 1.19: responseWriterState{stream, req, body *requestBody,
@@ -39,6 +42,9 @@ constexpr sw_go_offsets kStdLayoutWithBody = {
     .rws_wrote_bytes = 104,
     .stream_sc = 0,
     .stream_id = 8,
+    .rws_req = 8,
+    .rws_bw = 32,
+    .rws_handler_header = 40,
 };
 
 constexpr const char* kDebianXNet = "v0.7.0";  // golang-golang-x-net-dev 1:0.7.0+dfsg-1

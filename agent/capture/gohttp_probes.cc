@@ -56,7 +56,8 @@ int GoHttpProbes::OnRingBufferEvent(void* ctx, void* data, size_t size) {
 }
 
 Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
-                                      const std::vector<GoHttp2ProbeSites>& stacks) {
+                                      const std::vector<GoHttp2ProbeSites>& stacks,
+                                      const std::optional<Http1ProbeSites>& http1) {
   if (stacks.empty()) return Error{"no HTTP/2 stack to attach to in " + binary_path};
   Attachment a;
   auto undo = [&]() {
@@ -91,6 +92,28 @@ Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
       undo();
       return Error{"attaching uprobes to " + binary_path + " (pid " + std::to_string(pid) +
                    "): " + std::strerror(err)};
+    }
+  }
+  if (http1) {
+    uint32_t slot = a.slots.front();
+    auto attach = [&](bpf_program* prog, uint64_t offset) -> bool {
+      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = slot, .retprobe = false);
+      bpf_link* link = bpf_program__attach_uprobe_opts(prog, pid, binary_path.c_str(), offset, &opts);
+      if (!link) return false;
+      a.links.push_back(link);
+      return true;
+    };
+    bool ok = attach(skel_->progs.http1_read_enter, http1->read_entry_offset) &&
+              attach(skel_->progs.http1_write, http1->write_entry_offset) &&
+              attach(skel_->progs.http1_close, http1->close_entry_offset);
+    for (uint64_t ret : http1->read_return_offsets) {
+      ok = ok && attach(skel_->progs.http1_read_return, ret);
+    }
+    if (!ok) {
+      int err = errno;
+      undo();
+      return Error{"attaching HTTP/1.1 uprobes to " + binary_path + " (pid " +
+                   std::to_string(pid) + "): " + std::strerror(err)};
     }
   }
   uint32_t handle = a.slots.front();
@@ -131,9 +154,18 @@ DropCounts GoHttpProbes::ReadDrops() const {
   return d;
 }
 
-std::array<uint64_t, 2> GoHttpProbes::ReadHits() const {
+const char* GoHttpProbes::ProbeName(size_t i) {
+  static const char* kNames[kProbeCount] = {"http2_process_headers", "http2_handler_done",
+                                            "http1_read_enter",      "http1_read_return",
+                                            "http1_write",           "http1_close"};
+  return i < kProbeCount ? kNames[i] : "unknown";
+}
+
+std::array<uint64_t, GoHttpProbes::kProbeCount> GoHttpProbes::ReadHits() const {
   int fd = bpf_map__fd(skel_->maps.hits);
-  return {SumPerCpu(fd, 0), SumPerCpu(fd, 1)};
+  std::array<uint64_t, kProbeCount> hits{};
+  for (uint32_t i = 0; i < kProbeCount; ++i) hits[i] = SumPerCpu(fd, i);
+  return hits;
 }
 
 }  // namespace stormwatch

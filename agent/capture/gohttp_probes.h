@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,6 +28,14 @@ struct GoHttp2ProbeSites {
   uint64_t process_headers_offset = 0;
   uint64_t handler_done_offset = 0;
   sw_go_offsets offsets{};
+};
+
+// net/http's HTTP/1.1 server connection: where its plaintext reads and writes pass.
+struct Http1ProbeSites {
+  uint64_t read_entry_offset = 0;            // (*connReader).Read, after the stack check
+  std::vector<uint64_t> read_return_offsets;  // its RET instructions
+  uint64_t write_entry_offset = 0;           // checkConnErrorWriter.Write
+  uint64_t close_entry_offset = 0;           // (*conn).close
 };
 
 struct DropCounts {
@@ -48,8 +57,10 @@ class GoHttpProbes {
   // nothing. Each stack gets its own offsets slot, passed to the BPF programs as the uprobe's
   // cookie (and reported in events as sw_event_header.target). Returns the target's handle
   // for Detach: the slot of its first stack.
+  // `http1`, when given, adds the HTTP/1.1 probes under the first stack's slot.
   Result<uint32_t> Attach(pid_t pid, const std::string& binary_path,
-                          const std::vector<GoHttp2ProbeSites>& stacks);
+                          const std::vector<GoHttp2ProbeSites>& stacks,
+                          const std::optional<Http1ProbeSites>& http1 = std::nullopt);
   void Detach(uint32_t handle);
   size_t attached_links() const;
 
@@ -61,8 +72,10 @@ class GoHttpProbes {
   int Consume();
 
   DropCounts ReadDrops() const;
-  // Probe hits: [0] processHeaders, [1] handlerDone.
-  std::array<uint64_t, 2> ReadHits() const;
+  // Probe hits: processHeaders, handlerDone, HTTP/1.1 read entry, read return, write, close.
+  static constexpr size_t kProbeCount = 6;
+  static const char* ProbeName(size_t i);
+  std::array<uint64_t, kProbeCount> ReadHits() const;
 
  private:
   GoHttpProbes() = default;

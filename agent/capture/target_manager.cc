@@ -67,7 +67,7 @@ TargetStatus TargetManager::Attach(const TargetProcess& process) {
   s.problem = plan.problem;
   s.failure = plan.failure;
   if (plan.failure != AttachFailure::kNone) return s;
-  auto slot = probes_->Attach(process.pid, process.exe_path, plan.sites);
+  auto slot = probes_->Attach(process.pid, process.exe_path, plan.sites, plan.http1);
   if (!slot) {
     s.problem = slot.error();
     s.failure = AttachFailure::kAttachFailed;
@@ -105,6 +105,32 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const std::string& exe_path) {
   }
   return PlanGoHttp2Probes(*binary);
 }
+
+namespace {
+// net/http's HTTP/1.1 server (kube-apiserver serves HTTP/1.1 clients such as the Python client
+// with it). Absent or unplaceable: HTTP/2 is still captured, with a caveat.
+std::optional<Http1ProbeSites> PlanHttp1Probes(const GoBinary& binary, std::string* caveats) {
+  auto read_fn = binary.FindFunction("net/http.(*connReader).Read");
+  auto write_fn = binary.FindFunction("net/http.checkConnErrorWriter.Write");
+  auto close_fn = binary.FindFunction("net/http.(*conn).close");
+  auto note = [&](const std::string& why) {
+    *caveats += (caveats->empty() ? "" : "; ") + std::string("HTTP/1.1 not captured: ") + why;
+    return std::nullopt;
+  };
+  if (!read_fn || !write_fn || !close_fn) return note("net/http's HTTP/1.1 server not found");
+  auto read_entry = binary.EntryAfterStackCheckOffset(*read_fn);
+  auto read_returns = binary.ReturnInstructionOffsets(*read_fn);
+  auto write_entry = binary.EntryAfterStackCheckOffset(*write_fn);
+  auto close_entry = binary.EntryAfterStackCheckOffset(*close_fn);
+  if (!read_entry) return note(read_entry.error());
+  if (!read_returns || read_returns->empty()) {
+    return note(read_returns ? "no RET in (*connReader).Read" : read_returns.error());
+  }
+  if (!write_entry) return note(write_entry.error());
+  if (!close_entry) return note(close_entry.error());
+  return Http1ProbeSites{*read_entry, *read_returns, *write_entry, *close_entry};
+}
+}  // namespace
 
 GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
   GoHttp2ProbePlan plan;
@@ -167,6 +193,7 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
     }
   }
   plan.problem = caveats;
+  plan.http1 = PlanHttp1Probes(binary, &plan.problem);
   return plan;
 }
 

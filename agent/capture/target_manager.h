@@ -52,6 +52,7 @@ struct GoHttp2ProbePlan {
   bool module_info = false;                 // false for GOPATH builds
   std::vector<const Http2Stack*> stacks;    // found in the binary, x/net first
   std::vector<GoHttp2ProbeSites> sites;     // one per stack when failure == kNone
+  std::optional<Http1ProbeSites> http1;     // net/http's HTTP/1.1 server, when in the binary
   AttachFailure failure = AttachFailure::kNone;
   std::string problem;                      // the refusal, or a caveat (GOPATH build)
   std::string stack_names() const;          // "x/net,std"

@@ -69,10 +69,15 @@ struct ResponseFacts {
   std::string flow_schema;
   int retry_after_s = -1;      // Retry-After of a 429; -1 when absent
   // From the first bytes of a write's response body (a JSON object), when captured.
-  bool object_seen = false;        // the prefix parsed as an object with metadata
+  // The prefix held an object's metadata at least up to where deletionTimestamp sits, so
+  // deletion_timestamp is a fact (agent/kube/object_facts.h); false for Status objects.
+  bool object_seen = false;
   int64_t generation = -1;         // metadata.generation; -1 when absent
   bool deletion_timestamp = false; // metadata.deletionTimestamp set: marked for deletion
   std::vector<std::string> finalizers;
+  // The prefix reached past metadata.finalizers: an empty `finalizers` means "none", not
+  // "cut off before them".
+  bool finalizers_seen = false;
   std::string resource_version;
 };
 
@@ -94,6 +99,9 @@ struct RequestRecord {
   int status = 0;
   uint64_t response_bytes = 0;
   ResponseFacts response;
+  // Transient: the start of a write's response body, parsed into `response` and cleared by the
+  // pipeline before the record goes anywhere (a body may hold a Secret).
+  std::string response_body_prefix;
 
   // Kubernetes facts, filled by agent/kube.
   RequestInfo info;

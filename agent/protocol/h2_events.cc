@@ -52,14 +52,28 @@ Result<CaptureEvent> DecodeRequest(std::span<const uint8_t> bytes) {
 }
 
 Result<CaptureEvent> DecodeResponse(std::span<const uint8_t> bytes) {
-  if (bytes.size() < sizeof(sw_h2_response)) return Error{"h2 response event too short"};
+  // The BPF program sends the fixed part and only body_len bytes of the body.
+  constexpr size_t kFixed = offsetof(sw_h2_response, body);
+  if (bytes.size() < kFixed) return Error{"h2 response event too short"};
   sw_h2_response raw;
-  std::memcpy(&raw, bytes.data(), sizeof(raw));
+  std::memcpy(&raw, bytes.data(), kFixed);
+  if (raw.body_len > SW_BODY_PREFIX || bytes.size() < kFixed + raw.body_len) {
+    return Error{"h2 response body prefix past the event"};
+  }
+  if (raw.priority_level_uid_len >= SW_UID_MAX || raw.flow_schema_uid_len >= SW_UID_MAX ||
+      raw.retry_after_len >= SW_RETRY_AFTER_MAX) {
+    return Error{"h2 response header value length out of range"};
+  }
   H2ResponseEvent ev;
   CopyHeader(raw.hdr, ev);
   ev.status = raw.status;
   ev.wrote_bytes = raw.wrote_bytes;
-  return CaptureEvent{ev};
+  ev.priority_level_uid.assign(raw.priority_level_uid, raw.priority_level_uid_len);
+  ev.flow_schema_uid.assign(raw.flow_schema_uid, raw.flow_schema_uid_len);
+  ev.retry_after.assign(raw.retry_after, raw.retry_after_len);
+  ev.header_walk_incomplete = raw.header_walk_incomplete != 0;
+  ev.body_prefix.assign(reinterpret_cast<const char*>(bytes.data() + kFixed), raw.body_len);
+  return CaptureEvent{std::move(ev)};
 }
 
 }  // namespace

@@ -36,6 +36,13 @@ struct H2ResponseEvent {
   uint32_t stream_id = 0;
   int64_t status = 0;
   int64_t wrote_bytes = 0;
+  std::string priority_level_uid;  // X-Kubernetes-PF-PriorityLevel-UID
+  std::string flow_schema_uid;     // X-Kubernetes-PF-FlowSchema-UID
+  std::string retry_after;         // Retry-After, as sent
+  bool header_walk_incomplete = false;
+  // The start of a write's response body (kept only until its object facts are parsed: a
+  // body may be a Secret and never leaves the process).
+  std::string body_prefix;
 };
 
 using CaptureEvent = std::variant<H2RequestEvent, H2ResponseEvent>;

@@ -1,5 +1,7 @@
 #include "agent/protocol/request_assembler.h"
 
+#include <charconv>
+
 #include <utility>
 
 namespace stormwatch {
@@ -51,6 +53,16 @@ void RequestAssembler::OnRequest(const H2RequestEvent& ev) {
   pending_.emplace(key, Pending{std::move(r), std::prev(order_.end())});
 }
 
+int ParseRetryAfter(std::string_view value) {
+  // kube-apiserver sends delay-seconds; an HTTP-date (never sent by it) is not interpreted.
+  int seconds = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
+  if (value.empty() || ec != std::errc() || end != value.data() + value.size() || seconds < 0) {
+    return -1;
+  }
+  return seconds;
+}
+
 std::optional<RequestRecord> RequestAssembler::OnResponse(const H2ResponseEvent& ev) {
   auto it = pending_.find(Key{ev.tgid, ev.stream_id, ev.conn});
   if (it == pending_.end()) {
@@ -64,6 +76,10 @@ std::optional<RequestRecord> RequestAssembler::OnResponse(const H2ResponseEvent&
   // A handler that wrote no header gets net/http's implicit 200 when it returns.
   r.status = ev.status == 0 ? 200 : static_cast<int>(ev.status);
   r.response_bytes = ev.wrote_bytes > 0 ? static_cast<uint64_t>(ev.wrote_bytes) : 0;
+  r.response.priority_level_uid = ev.priority_level_uid;
+  r.response.flow_schema_uid = ev.flow_schema_uid;
+  r.response.retry_after_s = ParseRetryAfter(ev.retry_after);
+  r.response_body_prefix = ev.body_prefix;
   return r;
 }
 

@@ -20,6 +20,9 @@ using IdentityResolver = std::function<Identity(uint32_t pid, uint64_t conn,
                                                 std::string_view authorization,
                                                 std::string_view user_agent)>;
 
+// Retry-After as kube-apiserver sends it (delay-seconds); -1 when absent or not a number.
+int ParseRetryAfter(std::string_view value);
+
 struct AssemblerLimits {
   size_t max_pending = 65536;                    // in-flight requests (watches included)
   uint64_t max_age_ns = 2 * 3600ull * 1000000000;  // longer than any apiserver watch timeout

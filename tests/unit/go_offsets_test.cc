@@ -396,6 +396,20 @@ TEST_P(MatrixBuild, TableOffsetsEqualTheCompilersDwarf) {
     EXPECT_EQ(dw.Get(n.p + "responseWriterState", "stream"), o.rws_stream);
     EXPECT_EQ(dw.Get(n.p + "responseWriterState", "status"), o.rws_status);
     EXPECT_EQ(dw.Get(n.p + "responseWriterState", "wroteBytes"), o.rws_wrote_bytes);
+    EXPECT_EQ(dw.Get(n.p + "responseWriterState", "req"), o.rws_req);
+    EXPECT_EQ(dw.Get(n.p + "responseWriterState", "bw"), o.rws_bw);
+    EXPECT_EQ(dw.Get(n.p + "responseWriterState", "handlerHeader"), o.rws_handler_header);
+    // Read by the BPF program at fixed offsets in every Go release of the table.
+    EXPECT_EQ(dw.Get("net/http.Request", "Method"), 0);
+    EXPECT_EQ(dw.Get("bufio.Writer", "buf"), 16);
+    EXPECT_EQ(dw.Get("bufio.Writer", "n"), 40);
+    EXPECT_EQ(dw.Get("runtime.hmap", "B"), 9);
+    EXPECT_EQ(dw.Get("runtime.hmap", "buckets"), 16);
+    EXPECT_EQ(dw.Get("runtime.hmap", "oldbuckets"), 24);
+    EXPECT_EQ(dw.Get("map.bucket[string][]string", ""), 336);  // http.Header's buckets
+    EXPECT_EQ(dw.Get("map.bucket[string][]string", "keys"), 8);
+    EXPECT_EQ(dw.Get("map.bucket[string][]string", "elems"), 136);
+    EXPECT_EQ(dw.Get("map.bucket[string][]string", "overflow"), 328);
     EXPECT_EQ(dw.Get(n.p + "stream", "sc"), o.stream_sc);
     EXPECT_EQ(dw.Get(n.p + "stream", "id"), o.stream_id);
   }
