@@ -3,13 +3,18 @@
 #include <spdlog/spdlog.h>
 #include <time.h>
 
-#include <cstdio>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+
+#include "agent/capture/apf_fetcher.h"
 #include "agent/capture/client_cert_reader.h"
 #include "agent/capture/gohttp_probes.h"
 #include "agent/capture/target_manager.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "exporters/alert_log.h"
+#include "exporters/alertmanager_client.h"
 #include "exporters/health_server.h"
 #include "exporters/prometheus_exporter.h"
 
@@ -50,7 +55,8 @@ void PublishTargetChange(PrometheusExporter& exporter, const TargetStatus& t, bo
 int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   std::unique_ptr<PrometheusExporter> exporter;
   try {
-    exporter = std::make_unique<PrometheusExporter>(options.metrics_address);
+    exporter = std::make_unique<PrometheusExporter>(
+        options.metrics_address, ClientSeriesLimits{.max_clients = options.max_clients_per_metric});
   } catch (const std::exception& e) {
     spdlog::critical("cannot serve metrics on {}: {}", options.metrics_address, e.what());
     return 1;
@@ -67,6 +73,35 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   }
 
   int64_t clock_offset = RealtimeMinusMonotonicNs();
+
+  // APF UIDs -> names: static names from the config, the cluster's objects when reachable.
+  ApfNames apf_names;
+  apf_names.SetStatic(options.apf_static_names);
+  std::unique_ptr<ApfFetcher> apf_fetcher;
+  if (auto source = ResolveApfSource(options.apf_source, [](const char* n) { return std::getenv(n); })) {
+    apf_fetcher = std::make_unique<ApfFetcher>(*source, &apf_names);
+    apf_fetcher->Start();
+    spdlog::info("APF names from {}", source->apiserver_url);
+  } else {
+    spdlog::info("APF names from the static mapping only ({} entries): {}",
+                 options.apf_static_names.size(), source.error());
+  }
+  ApfNaming apf_naming{&apf_names, [&] {
+                         if (apf_fetcher) apf_fetcher->OnUnknownUid();
+                       }};
+
+  std::unique_ptr<AlertmanagerClient> alertmanager;
+  if (!options.alertmanager.url.empty()) {
+    AlertmanagerConfig am = options.alertmanager;
+    if (am.generator_url.empty()) {
+      char host[256] = "localhost";
+      gethostname(host, sizeof(host) - 1);
+      std::string port = options.metrics_address.substr(options.metrics_address.rfind(':') + 1);
+      am.generator_url = "http://" + std::string(host) + ":" + port + "/metrics";
+    }
+    alertmanager = std::make_unique<AlertmanagerClient>(am, clock_offset);
+    spdlog::info("pushing alerts to Alertmanager at {}", am.url);
+  }
   // Clients without a token: the certificate on their connection, read from the target.
   ClientCertIdentities cert_identities;
   auto connection_identity = [&](uint32_t pid, uint64_t conn) {
@@ -80,8 +115,9 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
         std::fwrite(line.data(), 1, line.size(), stdout);
         std::fputc('\n', stdout);
         std::fflush(stdout);
+        if (alertmanager) alertmanager->OnTransition(t);
       },
-      AssemblerLimits{}, connection_identity);
+      AssemblerLimits{}, connection_identity, apf_naming);
 
   auto probes = GoHttpProbes::Load(options.ring_buffer_bytes,
                                    [&](std::span<const uint8_t> bytes) { pipeline.OnEvent(bytes); });
@@ -113,6 +149,8 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   constexpr long kDrainInterval = 10000000;
   auto next_bucket_tick = [&](int64_t now) { return (now / kSecond + 1) * kSecond + kAfterBucket; };
   int64_t next_tick = next_bucket_tick(MonotonicNs());
+  constexpr int64_t kCompactInterval = 60 * kSecond;  // ends idle clients' series
+  int64_t next_compact = MonotonicNs() + kCompactInterval;
   while (!stop.load()) {
     int n = (*probes)->Consume();
     if (n < 0 && n != -EINTR) spdlog::error("ring buffer read failed: {}", n);
@@ -132,12 +170,22 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
       exporter->SetCaptureLoss(kDropCauseNames[i], drops.by_cause[i]);
     }
     exporter->SetCaptureLoss("client_cert_unreadable", cert_identities.read_errors());
+    if (alertmanager) {
+      exporter->SetAlertmanagerStats(alertmanager->sent(), alertmanager->failed(),
+                                     alertmanager->dropped());
+    }
+    if (now >= next_compact) {
+      exporter->Compact(now);
+      next_compact = now + kCompactInterval;
+    }
     auto hits = (*probes)->ReadHits();
     for (size_t i = 0; i < hits.size(); ++i) exporter->SetProbeHits(GoHttpProbes::ProbeName(i), hits[i]);
   }
   // Drain what the ring buffer still holds so a clean stop loses nothing already captured.
   (*probes)->Consume();
   spdlog::info("stopping: {} requests seen", pipeline.stats().requests);
+  if (alertmanager) alertmanager->Stop();
+  if (apf_fetcher) apf_fetcher->Stop();
   return 0;
 }
 

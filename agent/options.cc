@@ -4,6 +4,9 @@
 
 #include <charconv>
 #include <sstream>
+#include <utility>
+
+#include "agent/config/config_file.h"
 
 namespace stormwatch {
 namespace {
@@ -11,6 +14,7 @@ namespace {
 enum Flag {
   kPid = 1000, kTarget, kMetricsAddress, kHealthAddress, kRingBufferBytes, kLogLevel,
   kObjectRate, kObjectSustain, kResourceRate, kResourceSustain, kResolve, kHelp, kVersion,
+  kConfig, kAlertmanagerUrl, kApiserverUrl, kApiserverTokenFile, kApiserverCaFile,
 };
 
 const option kLongOptions[] = {
@@ -25,6 +29,11 @@ const option kLongOptions[] = {
     {"update-loop-resource-rate", required_argument, nullptr, kResourceRate},
     {"update-loop-resource-sustain", required_argument, nullptr, kResourceSustain},
     {"update-loop-resolve", required_argument, nullptr, kResolve},
+    {"config", required_argument, nullptr, kConfig},
+    {"alertmanager-url", required_argument, nullptr, kAlertmanagerUrl},
+    {"apiserver-url", required_argument, nullptr, kApiserverUrl},
+    {"apiserver-token-file", required_argument, nullptr, kApiserverTokenFile},
+    {"apiserver-ca-file", required_argument, nullptr, kApiserverCaFile},
     {"help", no_argument, nullptr, kHelp},
     {"version", no_argument, nullptr, kVersion},
     {nullptr, 0, nullptr, 0},
@@ -50,6 +59,96 @@ std::vector<std::string> SplitCommas(std::string_view s) {
   return out;
 }
 
+// Applies one command-line flag; "" or what is wrong. The first --target/--pid replaces the
+// file's (or default) list, later ones add to it.
+std::string ApplyFlag(int flag, std::string_view arg, AgentOptions& o, bool& targets_given,
+                      bool& pids_given) {
+  switch (flag) {
+    case kPid:
+      if (!pids_given) o.pids.clear();
+      pids_given = true;
+      for (const std::string& p : SplitCommas(arg)) {
+        auto pid = ParseNumber<pid_t>("pid", p);
+        if (!pid) return pid.error();
+        if (*pid <= 0) return "--pid: must be positive";
+        o.pids.push_back(*pid);
+      }
+      return "";
+    case kTarget:
+      if (!targets_given) o.target_names.clear();
+      targets_given = true;
+      for (const std::string& t : SplitCommas(arg)) o.target_names.push_back(t);
+      return "";
+    case kMetricsAddress:
+      if (std::string p = AddressProblem(arg); !p.empty()) {
+        return "--metrics-address: " + p + ", got '" + std::string(arg) + "'";
+      }
+      o.metrics_address = arg;
+      return "";
+    case kHealthAddress:
+      if (std::string p = arg.empty() ? "" : AddressProblem(arg); !p.empty()) {
+        return "--health-address: " + p + ", got '" + std::string(arg) + "'";
+      }
+      o.health_address = arg;
+      return "";
+    case kRingBufferBytes: {
+      auto n = ParseNumber<size_t>("ring-buffer-bytes", arg);
+      if (!n) return n.error();
+      if (std::string p = RingBufferBytesProblem(*n); !p.empty()) return "--ring-buffer-bytes: " + p;
+      o.ring_buffer_bytes = *n;
+      return "";
+    }
+    case kLogLevel:
+      if (std::string p = LogLevelProblem(arg); !p.empty()) return "--log-level: " + p;
+      o.log_level = arg;
+      return "";
+    case kAlertmanagerUrl:
+      if (std::string p = arg.empty() ? "" : HttpUrlProblem(arg); !p.empty()) {
+        return "--alertmanager-url: " + p + ", got '" + std::string(arg) + "'";
+      }
+      o.alertmanager.url = arg;
+      return "";
+    case kApiserverUrl:
+      o.apf_source.apiserver_url = arg;
+      return "";
+    case kApiserverTokenFile:
+      o.apf_source.token_file = arg;
+      return "";
+    case kApiserverCaFile:
+      o.apf_source.ca_file = arg;
+      return "";
+    case kObjectRate:
+    case kResourceRate: {
+      auto v = ParseNumber<double>(flag == kObjectRate ? "update-loop-object-rate"
+                                                       : "update-loop-resource-rate", arg);
+      if (!v) return v.error();
+      (flag == kObjectRate ? o.detectors.update_loop.object_rate
+                           : o.detectors.update_loop.resource_rate) = *v;
+      return "";
+    }
+    case kObjectSustain:
+    case kResourceSustain:
+    case kResolve: {
+      auto v = ParseNumber<int>(flag == kObjectSustain     ? "update-loop-object-sustain"
+                                : flag == kResourceSustain ? "update-loop-resource-sustain"
+                                                           : "update-loop-resolve",
+                                arg);
+      if (!v) return v.error();
+      (flag == kObjectSustain     ? o.detectors.update_loop.object_sustain_s
+       : flag == kResourceSustain ? o.detectors.update_loop.resource_sustain_s
+                                  : o.detectors.update_loop.resolve_s) = *v;
+      return "";
+    }
+    case kHelp:
+      o.show_help = true;
+      return "";
+    case kVersion:
+      o.show_version = true;
+      return "";
+  }
+  return "unhandled flag";
+}
+
 }  // namespace
 
 std::string AgentUsage() {
@@ -58,6 +157,9 @@ std::string AgentUsage() {
 Traces kube-apiserver (and etcd) with uprobes, attributes every request to its client and
 alerts on request storms. Needs root or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE.
 
+Configuration:
+  --config FILE              YAML file with any of the settings below and more
+                             (docs/configuration.md); flags given here override it
 Targets:
   --target NAME              executable name to attach to; repeatable or comma-separated
                              (default: kube-apiserver,etcd)
@@ -66,6 +168,13 @@ Export:
   --metrics-address ADDR     Prometheus endpoint, host:port (default: 0.0.0.0:9847)
   --health-address ADDR      /healthz and /readyz, host:port; "" to disable (default: 0.0.0.0:9848)
   --log-level LEVEL          trace, debug, info, warn, error (default: info)
+  --alertmanager-url URL     also push alerts to Alertmanager's v2 API, e.g.
+                             http://127.0.0.1:9093 (default: none)
+APF names (the agent's own credentials; get/list on flowcontrol objects):
+  --apiserver-url URL        https URL of the API server (default: in cluster, from
+                             KUBERNETES_SERVICE_HOST/PORT)
+  --apiserver-token-file F   bearer token file (default: the pod's service-account token)
+  --apiserver-ca-file F      CA bundle (default: the pod's service-account ca.crt)
 Capture:
   --ring-buffer-bytes N      BPF ring buffer size, a power of two (default: 16777216)
 Runaway UPDATE loop detector (STORMS.md section 1):
@@ -80,84 +189,39 @@ Alerts are written to stdout as one JSON line per transition; logs go to stderr.
 }
 
 Result<AgentOptions> ParseAgentOptions(int argc, char** argv) {
-  AgentOptions o;
-  bool targets_given = false;
+  // Flags override the file whatever their order: collect them, load the file, then apply them.
+  std::vector<std::pair<int, std::string>> flags;
+  std::string config_path;
   optind = 1;
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, "", kLongOptions, nullptr)) != -1) {
-    std::string_view arg = optarg ? optarg : "";
-    switch (c) {
-      case kPid:
-        for (const std::string& p : SplitCommas(arg)) {
-          auto pid = ParseNumber<pid_t>("pid", p);
-          if (!pid) return Error{pid.error()};
-          if (*pid <= 0) return Error{"--pid: must be positive"};
-          o.pids.push_back(*pid);
-        }
-        break;
-      case kTarget:
-        if (!targets_given) o.target_names.clear();
-        targets_given = true;
-        for (const std::string& t : SplitCommas(arg)) o.target_names.push_back(t);
-        break;
-      case kMetricsAddress:
-        if (arg.find(':') == std::string_view::npos) {
-          return Error{"--metrics-address: expected host:port, got '" + std::string(arg) + "'"};
-        }
-        o.metrics_address = arg;
-        break;
-      case kHealthAddress:
-        if (!arg.empty() && arg.find(':') == std::string_view::npos) {
-          return Error{"--health-address: expected host:port, got '" + std::string(arg) + "'"};
-        }
-        o.health_address = arg;
-        break;
-      case kRingBufferBytes: {
-        auto n = ParseNumber<size_t>("ring-buffer-bytes", arg);
-        if (!n) return Error{n.error()};
-        if (*n < 4096 || (*n & (*n - 1)) != 0) {
-          return Error{"--ring-buffer-bytes: must be a power of two >= 4096"};
-        }
-        o.ring_buffer_bytes = *n;
-        break;
-      }
-      case kLogLevel:
-        o.log_level = arg;
-        break;
-      case kObjectRate:
-      case kResourceRate: {
-        auto v = ParseNumber<double>(c == kObjectRate ? "update-loop-object-rate"
-                                                      : "update-loop-resource-rate", arg);
-        if (!v) return Error{v.error()};
-        (c == kObjectRate ? o.detectors.update_loop.object_rate : o.detectors.update_loop.resource_rate) = *v;
-        break;
-      }
-      case kObjectSustain:
-      case kResourceSustain:
-      case kResolve: {
-        auto v = ParseNumber<int>(c == kObjectSustain     ? "update-loop-object-sustain"
-                                  : c == kResourceSustain ? "update-loop-resource-sustain"
-                                                          : "update-loop-resolve",
-                                  arg);
-        if (!v) return Error{v.error()};
-        (c == kObjectSustain     ? o.detectors.update_loop.object_sustain_s
-         : c == kResourceSustain ? o.detectors.update_loop.resource_sustain_s
-                                 : o.detectors.update_loop.resolve_s) = *v;
-        break;
-      }
-      case kHelp:
-        o.show_help = true;
-        break;
-      case kVersion:
-        o.show_version = true;
-        break;
-      default:
-        return Error{std::string("unknown or incomplete option '") + argv[optind - 1] +
-                     "' (see --help)"};
+    if (c == '?' || c == ':') {
+      return Error{std::string("unknown or incomplete option '") + argv[optind - 1] +
+                   "' (see --help)"};
+    }
+    if (c == kConfig) {
+      config_path = optarg;
+      if (config_path.empty()) return Error{"--config: expected a file path"};
+    } else {
+      flags.emplace_back(c, optarg ? optarg : "");
     }
   }
   if (optind < argc) return Error{std::string("unexpected argument '") + argv[optind] + "'"};
+
+  AgentOptions o;
+  if (!config_path.empty()) {
+    auto loaded = ApplyConfigFile(config_path, std::move(o));
+    if (!loaded) return Error{loaded.error()};
+    o = std::move(*loaded);
+    o.config_path = config_path;
+  }
+  bool targets_given = false, pids_given = false;
+  for (const auto& [flag, arg] : flags) {
+    if (std::string error = ApplyFlag(flag, arg, o, targets_given, pids_given); !error.empty()) {
+      return Error{error};
+    }
+  }
   auto problems = o.detectors.update_loop.Problems();
   if (!problems.empty()) return Error{"update loop detector: " + problems.front()};
   return o;

@@ -5,11 +5,14 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "agent/analysis/detector_config.h"
+#include "agent/capture/apf_fetcher.h"
 #include "agent/core/result.h"
+#include "exporters/alertmanager_client.h"
 
 namespace stormwatch {
 
@@ -24,6 +27,15 @@ struct AgentOptions {
   size_t ring_buffer_bytes = 16u << 20;
   std::string log_level = "info";
   DetectorsConfig detectors;
+  // Series with a client label keep at most this many clients; the rest fold into
+  // client="other".
+  size_t max_clients_per_metric = 500;
+  // APF priority-level and flow-schema UIDs -> names, for UIDs the agent cannot look up.
+  std::map<std::string, std::string> apf_static_names;
+  // Where the cluster's APF objects are listed to name those UIDs (in cluster by default).
+  ApfSourceOptions apf_source;
+  AlertmanagerConfig alertmanager;  // url "" = no direct push
+  std::string config_path;          // --config; "" when none
   bool show_help = false;
   bool show_version = false;
 };

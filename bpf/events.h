@@ -48,6 +48,7 @@ struct sw_go_offsets {
   __u32 rws_req;           /* responseWriterState.req (*http.Request; Method string at +0) */
   __u32 rws_bw;            /* responseWriterState.bw (*bufio.Writer: buf []byte at +16, n at +40) */
   __u32 rws_handler_header; /* responseWriterState.handlerHeader (http.Header: *runtime.hmap) */
+  __u32 capture_write_bodies; /* set per target by the agent: kube-apiserver yes, etcd no */
 };
 
 struct sw_event_header {

@@ -368,7 +368,8 @@ int BPF_UPROBE(h2_handler_done) {
   /* Object facts only for writes: PUT, PATCH, POST, DELETE (method's first byte P or D). */
   struct go_string method = {};
   char m0 = 0;
-  if (!bpf_probe_read_user(&req, sizeof(req), (void *)(rws + off->rws_req)) && req &&
+  if (off->capture_write_bodies &&
+      !bpf_probe_read_user(&req, sizeof(req), (void *)(rws + off->rws_req)) && req &&
       !bpf_probe_read_user(&method, sizeof(method), (void *)req) && method.len > 0 &&
       !bpf_probe_read_user(&m0, 1, (void *)method.ptr) && (m0 == 'P' || m0 == 'D') &&
       !bpf_probe_read_user(&bw, sizeof(bw), (void *)(rws + off->rws_bw)))

@@ -2,12 +2,29 @@
 
 namespace stormwatch {
 
-PrometheusExporter::PrometheusExporter(const std::string& address) : PrometheusExporter() {
+namespace {
+
+// Values of the `metric` label of stormwatch_client_series and stormwatch_series_folded_total.
+constexpr const char* kClientFamilyNames[] = {
+    "stormwatch_requests_total",      "stormwatch_response_bytes_total",
+    "stormwatch_list_requests_total", "stormwatch_apf_requests_total",
+    "stormwatch_throttled_requests_total", "stormwatch_watches_total"};
+constexpr char kExemptFamilyName[] = "stormwatch_exempt_client_requests_per_second";
+
+std::string OrUnknown(const std::string& value) { return value.empty() ? "unknown" : value; }
+
+}  // namespace
+
+PrometheusExporter::PrometheusExporter(const std::string& address, ClientSeriesLimits limits)
+    : PrometheusExporter(limits) {
   exposer_ = std::make_unique<prometheus::Exposer>(address);
   exposer_->RegisterCollectable(registry_);
 }
 
-PrometheusExporter::PrometheusExporter() : registry_(std::make_shared<prometheus::Registry>()) {
+PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      cap_(limits.max_clients, int64_t{limits.idle_s} * 1'000'000'000),
+      idle_ns_(int64_t{limits.idle_s} * 1'000'000'000) {
   requests_ = &prometheus::BuildCounter()
                    .Name("stormwatch_requests_total")
                    .Help("Requests the API server handled, by client and by the labels of "
@@ -62,49 +79,251 @@ PrometheusExporter::PrometheusExporter() : registry_(std::make_shared<prometheus
                           .Name("stormwatch_target_attach_failures_total")
                           .Help("Targets that could not be attached, by target and reason.")
                           .Register(*registry_);
+  apf_ = &prometheus::BuildCounter()
+              .Name("stormwatch_apf_requests_total")
+              .Help("Requests by client and the API Priority and Fairness priority level and flow "
+                    "schema that classified them (unknown when the response did not say or the "
+                    "UID is not mapped to a name).")
+              .Register(*registry_);
+  throttled_ = &prometheus::BuildCounter()
+                    .Name("stormwatch_throttled_requests_total")
+                    .Help("Requests rejected with 429 Too Many Requests, by client and priority "
+                          "level.")
+                    .Register(*registry_);
+  retry_after_ = &prometheus::BuildHistogram()
+                      .Name("stormwatch_retry_after_seconds")
+                      .Help("Retry-After of 429 responses, by priority level.")
+                      .Register(*registry_);
+  exempt_ = &prometheus::BuildGauge()
+                 .Name(kExemptFamilyName)
+                 .Help("Requests per second of clients exempt from API Priority and Fairness, "
+                       "by reason (priority_level_exempt or system_masters).")
+                 .Register(*registry_);
+  detector_tracked_ = &prometheus::BuildGauge()
+                           .Name("stormwatch_detector_tracked_keys")
+                           .Help("Keys (clients, resources, objects) a storm detector holds now.")
+                           .Register(*registry_);
+  detector_evictions_ = &prometheus::BuildCounter()
+                             .Name("stormwatch_detector_evictions_total")
+                             .Help("Keys a storm detector dropped to stay within its limits.")
+                             .Register(*registry_);
+  alertmanager_ = &prometheus::BuildCounter()
+                       .Name("stormwatch_alertmanager_notifications_total")
+                       .Help("Alert notifications to Alertmanager, by result (sent, failed, "
+                             "dropped).")
+                       .Register(*registry_);
+  watches_ = &prometheus::BuildCounter()
+                  .Name("stormwatch_watches_total")
+                  .Help("Finished WATCH requests, by client and resource, and whether they were "
+                        "streaming LISTs (sendInitialEvents).")
+                  .Register(*registry_);
+  watch_duration_ = &prometheus::BuildHistogram()
+                         .Name("stormwatch_watch_duration_seconds")
+                         .Help("How long WATCH requests stayed open, by resource.")
+                         .Register(*registry_);
+  client_series_ = &prometheus::BuildGauge()
+                        .Name("stormwatch_client_series")
+                        .Help("Distinct client label values with series in a metric family (at "
+                              "most the client limit, plus other).")
+                        .Register(*registry_);
+  series_folded_ = &prometheus::BuildCounter()
+                        .Name("stormwatch_series_folded_total")
+                        .Help("Observations counted under client=\"other\" because the client "
+                              "had no series of its own (client limit reached).")
+                        .Register(*registry_);
+
+  client_families_ = {requests_, response_bytes_, lists_, apf_, throttled_, watches_};
+  for (size_t f = 0; f < kClientFamilyCount; ++f) {
+    client_series_gauges_[f] = &client_series_->Add({{"metric", kClientFamilyNames[f]}});
+    folded_counters_[f] = &series_folded_->Add({{"metric", kClientFamilyNames[f]}});
+  }
+  exempt_series_gauge_ = &client_series_->Add({{"metric", kExemptFamilyName}});
+  exempt_folded_ = &series_folded_->Add({{"metric", kExemptFamilyName}});
+}
+
+template <typename MakeLabels>
+prometheus::Counter& PrometheusExporter::ClientCounter(ClientFamily family,
+                                                       const std::string& client, bool admitted,
+                                                       const std::string& key,
+                                                       MakeLabels make_labels) {
+  static const std::string kOther = kOtherClient;
+  const std::string& label = admitted ? client : kOther;
+  if (!admitted) folded_counters_[family]->Increment();
+  auto& counters = client_counters_[label][family];
+  auto it = counters.find(key);
+  if (it == counters.end()) {
+    if (counters.empty()) {
+      client_series_gauges_[family]->Set(static_cast<double>(++clients_per_family_[family]));
+    }
+    Labels labels = make_labels();
+    labels["client"] = label;
+    it = counters.emplace(key, &client_families_[family]->Add(labels)).first;
+  }
+  return *it->second;
+}
+
+void PrometheusExporter::EndClientSeries(const std::string& client) {
+  auto it = client_counters_.find(client);
+  if (it == client_counters_.end()) return;
+  for (size_t f = 0; f < kClientFamilyCount; ++f) {
+    if (it->second[f].empty()) continue;
+    for (const auto& [key, counter] : it->second[f]) client_families_[f]->Remove(counter);
+    client_series_gauges_[f]->Set(static_cast<double>(--clients_per_family_[f]));
+  }
+  client_counters_.erase(it);
+}
+
+void PrometheusExporter::Compact(int64_t now_ns) {
+  std::lock_guard lock(mu_);
+  for (const std::string& client : cap_.Compact(now_ns)) EndClientSeries(client);
+  for (auto it = resolved_storms_.begin(); it != resolved_storms_.end();) {
+    if (!it->second) {
+      it->second = now_ns;
+    } else if (now_ns - *it->second >= idle_ns_) {
+      storm_active_->Remove(&storm_active_->Add(it->first));
+      it = resolved_storms_.erase(it);
+      continue;
+    }
+    ++it;
+  }
 }
 
 void PrometheusExporter::CountRequest(const RequestLabels& l, uint64_t response_bytes) {
   std::string key;
-  key.reserve(128);
-  for (const std::string* s : {&l.client, &l.verb, &l.group, &l.version, &l.resource,
-                               &l.subresource, &l.scope, &l.code}) {
+  key.reserve(96);
+  for (const std::string* s :
+       {&l.verb, &l.group, &l.version, &l.resource, &l.subresource, &l.scope, &l.code}) {
     key += *s;
     key += '\x1f';
   }
+  auto labels = [&l] {
+    return Labels{{"verb", l.verb},         {"group", l.group},
+                  {"version", l.version},   {"resource", l.resource},
+                  {"subresource", l.subresource}, {"scope", l.scope}, {"code", l.code}};
+  };
   std::lock_guard lock(mu_);
-  auto it = request_cache_.find(key);
-  if (it == request_cache_.end()) {
-    std::map<std::string, std::string> labels = {
-        {"client", l.client},     {"verb", l.verb},   {"group", l.group},
-        {"version", l.version},   {"resource", l.resource},
-        {"subresource", l.subresource}, {"scope", l.scope}, {"code", l.code}};
-    it = request_cache_
-             .emplace(key, std::make_pair(&requests_->Add(labels), &response_bytes_->Add(labels)))
-             .first;
+  bool admitted = cap_.Admit(l.client, /*is_request=*/true);
+  ClientCounter(kRequests, l.client, admitted, key, labels).Increment();
+  if (response_bytes) {
+    ClientCounter(kResponseBytes, l.client, admitted, key, labels)
+        .Increment(static_cast<double>(response_bytes));
   }
-  it->second.first->Increment();
-  if (response_bytes) it->second.second->Increment(static_cast<double>(response_bytes));
 }
 
 void PrometheusExporter::CountList(const std::string& client, const std::string& group,
                                    const std::string& resource, const std::string& scope,
                                    const std::string& consistency, bool paginated) {
-  std::string key = client + '\x1f' + group + '\x1f' + resource + '\x1f' + scope + '\x1f' +
-                    consistency + (paginated ? "\x1fp" : "\x1fu");
+  std::string key = group + '\x1f' + resource + '\x1f' + scope + '\x1f' + consistency +
+                    (paginated ? "\x1fp" : "\x1fu");
   std::lock_guard lock(mu_);
-  auto it = list_cache_.find(key);
-  if (it == list_cache_.end()) {
-    it = list_cache_
-             .emplace(key, &lists_->Add({{"client", client},
-                                         {"group", group},
-                                         {"resource", resource},
-                                         {"scope", scope},
-                                         {"consistency", consistency},
-                                         {"paginated", paginated ? "true" : "false"}}))
+  bool admitted = cap_.Admit(client, /*is_request=*/false);
+  ClientCounter(kLists, client, admitted, key, [&] {
+    return Labels{{"group", group},
+                  {"resource", resource},
+                  {"scope", scope},
+                  {"consistency", consistency},
+                  {"paginated", paginated ? "true" : "false"}};
+  }).Increment();
+}
+
+void PrometheusExporter::CountApf(const std::string& client, const std::string& priority_level,
+                                  const std::string& flow_schema) {
+  std::string key = priority_level + '\x1f' + flow_schema;
+  std::lock_guard lock(mu_);
+  bool admitted = cap_.Admit(client, /*is_request=*/false);
+  ClientCounter(kApf, client, admitted, key, [&] {
+    return Labels{{"priority_level", OrUnknown(priority_level)},
+                  {"flow_schema", OrUnknown(flow_schema)}};
+  }).Increment();
+}
+
+void PrometheusExporter::CountThrottled(const std::string& client,
+                                        const std::string& priority_level, int retry_after_s) {
+  // APF answers Retry-After in whole seconds, usually 1.
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {1, 2, 5, 10, 30, 60, 120, 300};
+  std::lock_guard lock(mu_);
+  bool admitted = cap_.Admit(client, /*is_request=*/false);
+  ClientCounter(kThrottled, client, admitted, priority_level, [&] {
+    return Labels{{"priority_level", OrUnknown(priority_level)}};
+  }).Increment();
+  if (retry_after_s < 0) return;
+  auto it = retry_after_cache_.find(priority_level);
+  if (it == retry_after_cache_.end()) {
+    it = retry_after_cache_
+             .emplace(priority_level,
+                      &retry_after_->Add({{"priority_level", OrUnknown(priority_level)}}, kBuckets))
              .first;
   }
-  it->second->Increment();
+  it->second->Observe(retry_after_s);
+}
+
+void PrometheusExporter::CountWatch(const std::string& client, const std::string& group,
+                                    const std::string& resource, double duration_s,
+                                    bool send_initial_events) {
+  // Watches end at the server's timeout (--min-request-timeout 1800 s by default, randomised)
+  // or earlier; short ones hint at relist churn.
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800};
+  std::string resource_key = group + '\x1f' + resource;
+  std::string key = resource_key + '\x1f' + (send_initial_events ? "true" : "false");
+  std::lock_guard lock(mu_);
+  bool admitted = cap_.Admit(client, /*is_request=*/false);
+  ClientCounter(kWatches, client, admitted, key, [&] {
+    return Labels{{"group", group},
+                  {"resource", resource},
+                  {"send_initial_events", send_initial_events ? "true" : "false"}};
+  }).Increment();
+  auto it = watch_duration_cache_.find(resource_key);
+  if (it == watch_duration_cache_.end()) {
+    it = watch_duration_cache_
+             .emplace(resource_key,
+                      &watch_duration_->Add({{"group", group}, {"resource", resource}}, kBuckets))
+             .first;
+  }
+  it->second->Observe(duration_s);
+}
+
+void PrometheusExporter::SetExemptClient(const std::string& client, const std::string& reason,
+                                         double requests_per_second) {
+  std::lock_guard lock(mu_);
+  if (exempt_clients_.contains(client) || exempt_clients_.size() < cap_.max_clients()) {
+    exempt_clients_.insert(client);
+    auto& gauge = exempt_->Add({{"client", client}, {"reason", reason}});
+    gauge.Set(requests_per_second);
+    exempt_gauges_.insert(&gauge);
+  } else {
+    auto& gauge = exempt_->Add({{"client", kOtherClient}, {"reason", reason}});
+    gauge.Increment(requests_per_second);
+    exempt_gauges_.insert(&gauge);
+    exempt_other_ = true;
+    exempt_folded_->Increment();
+  }
+  UpdateExemptSeriesGauge();
+}
+
+void PrometheusExporter::ClearExemptClients() {
+  std::lock_guard lock(mu_);
+  for (prometheus::Gauge* gauge : exempt_gauges_) exempt_->Remove(gauge);
+  exempt_gauges_.clear();
+  exempt_clients_.clear();
+  exempt_other_ = false;
+  UpdateExemptSeriesGauge();
+}
+
+void PrometheusExporter::UpdateExemptSeriesGauge() {
+  exempt_series_gauge_->Set(static_cast<double>(exempt_clients_.size() + exempt_other_));
+}
+
+void PrometheusExporter::SetDetectorState(const std::string& storm, size_t tracked_keys,
+                                          uint64_t evictions_cumulative) {
+  detector_tracked_->Add({{"storm", storm}}).Set(static_cast<double>(tracked_keys));
+  AddCumulative(*detector_evictions_, evictions_seen_, "storm", storm, evictions_cumulative);
+}
+
+void PrometheusExporter::SetAlertmanagerStats(uint64_t sent, uint64_t failed, uint64_t dropped) {
+  AddCumulative(*alertmanager_, alertmanager_seen_, "result", "sent", sent);
+  AddCumulative(*alertmanager_, alertmanager_seen_, "result", "failed", failed);
+  AddCumulative(*alertmanager_, alertmanager_seen_, "result", "dropped", dropped);
 }
 
 void PrometheusExporter::CountEtcdRequest(const std::string& method, const std::string& code) {
@@ -132,7 +351,14 @@ void PrometheusExporter::ObserveDuration(const std::string& verb, const std::str
 
 void PrometheusExporter::SetStormActive(const std::map<std::string, std::string>& labels,
                                         bool active) {
+  std::lock_guard lock(mu_);
   storm_active_->Add(labels).Set(active ? 1 : 0);
+  // A resolved storm keeps its 0 for idle_s (dashboards see it end), then its series ends.
+  if (active) {
+    resolved_storms_.erase(labels);
+  } else {
+    resolved_storms_[labels] = std::nullopt;
+  }
 }
 
 void PrometheusExporter::CountStormStarted(const std::string& storm) {

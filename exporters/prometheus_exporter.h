@@ -1,5 +1,10 @@
 // The agent's /metrics endpoint (prometheus-cpp). Metric names and the `client` label plus
 // apiserver_request_total's label vocabulary are a contract with checks outside the project.
+//
+// Series stay bounded: every family with a `client` label holds at most max_clients clients
+// plus client="other" (ClientCap decides who); other labels take values from bounded
+// vocabularies (verbs, codes, the API's resources, APF levels). Storm gauges always name
+// their client: detectors bound how many storms fire.
 #pragma once
 
 #include <prometheus/counter.h>
@@ -9,11 +14,17 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+
+#include "exporters/client_cap.h"
 
 namespace stormwatch {
 
@@ -22,12 +33,17 @@ struct RequestLabels {
   std::string client, verb, group, version, resource, subresource, scope, code;
 };
 
+struct ClientSeriesLimits {
+  size_t max_clients = 500;  // clients with their own series, per family
+  int idle_s = 600;          // a client's series end after this long without a request
+};
+
 class PrometheusExporter {
  public:
   // Serves on `address` ("host:port"); throws at start-up if it cannot bind (fatal).
-  explicit PrometheusExporter(const std::string& address);
+  explicit PrometheusExporter(const std::string& address, ClientSeriesLimits limits = {});
   // No HTTP endpoint: for tests that read the registry directly.
-  PrometheusExporter();
+  explicit PrometheusExporter(ClientSeriesLimits limits = {});
 
   void CountRequest(const RequestLabels& labels, uint64_t response_bytes);
   // Requests etcd served (the apiserver's storage traffic), by gRPC method and HTTP status.
@@ -47,12 +63,52 @@ class PrometheusExporter {
   void SetTargetInfo(const std::map<std::string, std::string>& labels, bool present);
   void CountAttachFailure(const std::string& target, const std::string& reason);
 
+  // APF classification of a request (response headers); "" = unknown.
+  void CountApf(const std::string& client, const std::string& priority_level,
+                const std::string& flow_schema);
+  // A 429 and its Retry-After (seconds; negative when absent).
+  void CountThrottled(const std::string& client, const std::string& priority_level,
+                      int retry_after_s);
+  // The exempt-client list is rebuilt once a second: Clear, then Set each client still listed.
+  // reason: priority_level_exempt or system_masters.
+  void SetExemptClient(const std::string& client, const std::string& reason,
+                       double requests_per_second);
+  void ClearExemptClients();
+  // A detector's bounded state: keys held now and keys dropped so far (cumulative).
+  void SetDetectorState(const std::string& storm, size_t tracked_keys,
+                        uint64_t evictions_cumulative);
+  // Alertmanager notifications so far (cumulative).
+  void SetAlertmanagerStats(uint64_t sent, uint64_t failed, uint64_t dropped);
+  // A finished WATCH: how long it stayed open, and whether it was a streaming LIST.
+  void CountWatch(const std::string& client, const std::string& group, const std::string& resource,
+                  double duration_s, bool send_initial_events);
+
+  // About once a minute: ends the series of idle clients (making room for heavy hitters
+  // counted under "other") and of storms resolved more than idle_s ago.
+  void Compact(int64_t now_ns);
+
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
  private:
+  // Families with a `client` label, in the order of kClientFamilyNames.
+  enum ClientFamily : size_t {
+    kRequests, kResponseBytes, kLists, kApf, kThrottled, kWatches, kClientFamilyCount
+  };
+  // Per client, its counters in each client family by their other labels (a key).
+  using ClientCounters =
+      std::array<std::unordered_map<std::string, prometheus::Counter*>, kClientFamilyCount>;
+  using Labels = std::map<std::string, std::string>;
+
+  // The counter of `client` (or of "other" when it is not admitted) in `family`; `labels`
+  // (without client) are only built when the series is new.
+  template <typename MakeLabels>
+  prometheus::Counter& ClientCounter(ClientFamily family, const std::string& client, bool admitted,
+                                     const std::string& key, MakeLabels make_labels);
+  void EndClientSeries(const std::string& client);
   void AddCumulative(prometheus::Family<prometheus::Counter>& family,
                      std::map<std::string, uint64_t>& seen, const std::string& label_name,
                      const std::string& label_value, uint64_t cumulative);
+  void UpdateExemptSeriesGauge();
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
@@ -68,13 +124,39 @@ class PrometheusExporter {
   prometheus::Gauge* targets_attached_;
   prometheus::Family<prometheus::Gauge>* target_info_;
   prometheus::Family<prometheus::Counter>* attach_failures_;
+  prometheus::Family<prometheus::Counter>* apf_;
+  prometheus::Family<prometheus::Counter>* throttled_;
+  prometheus::Family<prometheus::Histogram>* retry_after_;
+  prometheus::Family<prometheus::Gauge>* exempt_;
+  prometheus::Family<prometheus::Gauge>* detector_tracked_;
+  prometheus::Family<prometheus::Counter>* detector_evictions_;
+  prometheus::Family<prometheus::Counter>* alertmanager_;
+  prometheus::Family<prometheus::Counter>* watches_;
+  prometheus::Family<prometheus::Histogram>* watch_duration_;
+  prometheus::Family<prometheus::Gauge>* client_series_;
+  prometheus::Family<prometheus::Counter>* series_folded_;
 
   std::mutex mu_;
-  // Counter handles per label set: Family::Add hashes a std::map on every call.
-  std::unordered_map<std::string, std::pair<prometheus::Counter*, prometheus::Counter*>> request_cache_;
-  std::unordered_map<std::string, prometheus::Counter*> list_cache_;
+  ClientCap cap_;
+  int64_t idle_ns_;
+  std::array<prometheus::Family<prometheus::Counter>*, kClientFamilyCount> client_families_;
+  std::array<size_t, kClientFamilyCount> clients_per_family_{};
+  std::array<prometheus::Gauge*, kClientFamilyCount> client_series_gauges_;
+  std::array<prometheus::Counter*, kClientFamilyCount> folded_counters_;
+  std::unordered_map<std::string, ClientCounters> client_counters_;
+  // Histogram handles per label set: Family::Add hashes a std::map on every call.
   std::unordered_map<std::string, prometheus::Histogram*> duration_cache_;
-  std::map<std::string, uint64_t> loss_seen_, hits_seen_;
+  std::unordered_map<std::string, prometheus::Histogram*> watch_duration_cache_;
+  std::unordered_map<std::string, prometheus::Histogram*> retry_after_cache_;
+  // Exempt clients of the current round (the detector bounds them; capped here as well).
+  std::unordered_set<std::string> exempt_clients_;
+  std::unordered_set<prometheus::Gauge*> exempt_gauges_;
+  bool exempt_other_ = false;
+  prometheus::Gauge* exempt_series_gauge_;
+  prometheus::Counter* exempt_folded_;
+  // Storm gauges at 0, by labels: when their storm resolved, as of the first Compact after.
+  std::map<Labels, std::optional<int64_t>> resolved_storms_;
+  std::map<std::string, uint64_t> loss_seen_, hits_seen_, evictions_seen_, alertmanager_seen_;
 };
 
 }  // namespace stormwatch

@@ -42,9 +42,12 @@ struct ExemptClientConfig {
 struct ConflictStormConfig {
   bool enabled = true;
   double conflict_ratio = 0.20;  // conflicts / writes ...
-  double conflict_rate = 5.0;    // ... and conflicts/s, both for each second of ...
+  double conflict_rate = 5.0;    // ... and conflicts/s, both averaged over ...
   int sustain_s = 30;
+  // ... with 409s in at least this fraction of those seconds (a burst is not a storm).
+  double min_conflict_seconds = 0.8;
   int resolve_s = 30;
+  double flat_tolerance = 0.10;  // write rate flat at a client-go QPS (see ThrottledClientConfig)
   size_t max_keys = 4096;
   size_t max_objects = 10'000;   // for "objects most contended"
   AllowList allow;
@@ -72,8 +75,11 @@ struct StuckFinalizersConfig {
   // nothing for silent_after_s while deletes keep arriving is named as the silent controller.
   int writer_lookback_s = 600;
   int silent_after_s = 60;
-  size_t max_objects = 100'000;
+  int steady_writer_writes = 5;  // "steadily": at least this many writes in writer_lookback_s
+  int resolve_s = 60;            // no object stuck for this long
+  size_t max_objects = 100'000;  // terminating objects, and objects' last writers, each
   size_t max_writers = 4096;
+  size_t max_resources = 1024;
   AllowList allow;
 };
 
@@ -95,6 +101,9 @@ struct EtcdRangeStormConfig {
   double bytes_rate = 50.0 * 1024 * 1024;     // or response bytes/s ...
   int sustain_s = 10;                         // ... sustained this long
   int resolve_s = 30;
+  size_t max_keys = 1024;          // key prefixes (resources) tracked on etcd's side
+  size_t max_list_clients = 4096;  // (apiserver client, resource) keys of consistent LISTs
+  AllowList allow;                 // etcd clients and apiserver LIST clients ignored
 };
 
 struct DetectorsConfig {

@@ -135,6 +135,11 @@ struct UpdateLoopDetector::ObjectEntry {
   std::string namespace_;
   std::string name;
   BucketRing<uint32_t> counts;
+  // metadata.generation in the write responses (when their body was captured): a loop whose
+  // writes never move it changes only metadata or status.
+  int64_t last_generation = -1;
+  uint32_t generations_seen = 0;
+  uint32_t generation_changes = 0;
 };
 
 struct UpdateLoopDetector::ResourceEntry {
@@ -264,6 +269,13 @@ void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
     return;
   }
   ++*count;
+  if (r.status >= 200 && r.status < 300 && r.response.object_seen && r.response.generation >= 0) {
+    if (object->last_generation >= 0 && r.response.generation != object->last_generation) {
+      ++object->generation_changes;
+    }
+    object->last_generation = r.response.generation;
+    ++object->generations_seen;
+  }
   ++rb->writes;
   rb->max_object_writes = std::max(rb->max_object_writes, *count);
   rb->codes.Add(r.status);
@@ -282,6 +294,15 @@ UpdateLoopEvidence UpdateLoopDetector::BuildEvidence(const ResourceEntry& res, i
     ev.namespace_ = top.front().namespace_;
   }
   ev.top_objects = std::move(top);
+  // Metadata-only when every top object answered >= 2 writes with a body and none of them moved
+  // metadata.generation; unknown when bodies were not seen (large objects, HTTP/2 flushes).
+  bool known = !ev.top_objects.empty();
+  bool moved = false;
+  for (const TopObject& t : ev.top_objects) {
+    known = known && t.generations_seen >= 2;
+    moved = moved || t.generation_changes > 0;
+  }
+  ev.metadata_only = known ? (moved ? "no" : "yes") : "unknown";
 
   const int window = config_.evidence_window_s;
   uint64_t writes = 0;
@@ -351,7 +372,13 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
     auto top_objects = [&] {
       std::vector<TopObject> top;
       if (agg) {
-        for (const auto& [rate, o] : agg->top) top.push_back({o->namespace_, o->name, rate});
+        for (const auto& [rate, o] : agg->top) {
+          TopObject t{o->namespace_, o->name, rate};
+          t.generation = o->last_generation;
+          t.generations_seen = o->generations_seen;
+          t.generation_changes = o->generation_changes;
+          top.push_back(std::move(t));
+        }
       }
       return top;
     };
@@ -436,21 +463,28 @@ StormEvidence ToStormEvidence(const UpdateLoopEvidence& e) {
   s.fired_ns = e.fired_ns;
   nlohmann::json top = nlohmann::json::array();
   for (const TopObject& o : e.top_objects) {
-    top.push_back({{"namespace", o.namespace_}, {"name", o.name},
-                   {"writes_per_second", round2(o.writes_per_second)}});
+    nlohmann::json obj = {{"namespace", o.namespace_}, {"name", o.name},
+                          {"writes_per_second", round2(o.writes_per_second)}};
+    if (o.generations_seen > 0) {
+      obj["generation"] = o.generation;
+      obj["generation_changed"] = o.generation_changes > 0;
+    }
+    top.push_back(std::move(obj));
   }
   nlohmann::json codes = nlohmann::json::object();
   for (const CodeCount& c : e.codes) codes[std::to_string(c.code)] = c.count;
   s.details = {{"rule", e.rule},
                {"resource_writes_per_second", round2(e.resource_writes_per_second)},
                {"top_objects", top},
-               {"codes", codes}};
+               {"codes", codes},
+               {"metadata_only", e.metadata_only}};
   std::string what = e.resource + (e.api_group.empty() ? "" : "." + e.api_group);
   char rate[32];
   std::snprintf(rate, sizeof(rate), "%.0f", e.resource_writes_per_second);
   s.summary = "client " + (e.identity.user.empty() ? std::string("unknown") : e.identity.user) +
               " is writing " + what + " in a loop (" + rate + " writes/s" +
-              (e.top_objects.empty() ? "" : ", top object " + e.top_objects[0].name) + ")";
+              (e.top_objects.empty() ? "" : ", top object " + e.top_objects[0].name) + ")" +
+              (e.metadata_only == "yes" ? "; metadata.generation never changes: only metadata/status is written" : "");
   return s;
 }
 

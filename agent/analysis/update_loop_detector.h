@@ -51,6 +51,9 @@ struct TopObject {
   std::string namespace_;
   std::string name;
   double writes_per_second = 0;  // over the evidence window
+  int64_t generation = -1;          // metadata.generation last seen in a write response
+  uint32_t generations_seen = 0;    // write responses whose body showed a generation
+  uint32_t generation_changes = 0;  // times it moved between consecutive ones
   bool operator==(const TopObject&) const = default;
 };
 
@@ -71,6 +74,9 @@ struct UpdateLoopEvidence {
   std::vector<TopObject> top_objects;     // highest rate first, at most top_objects
   double resource_writes_per_second = 0;  // over the evidence window
   std::vector<CodeCount> codes;           // in the evidence window, by code
+  // STORMS.md's "metadata-only" finding: "yes" when the top objects' write responses never
+  // moved metadata.generation, "no" when they did, "unknown" without response bodies.
+  std::string metadata_only = "unknown";
   int64_t first_seen_ns = 0;  // first write of this identity on this resource we still track
   int64_t since_ns = 0;       // start of the sustained run that fired
   int64_t fired_ns = 0;       // when Firing was emitted

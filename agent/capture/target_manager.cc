@@ -67,6 +67,9 @@ TargetStatus TargetManager::Attach(const TargetProcess& process) {
   s.problem = plan.problem;
   s.failure = plan.failure;
   if (plan.failure != AttachFailure::kNone) return s;
+  // Object facts come from kube-apiserver's write responses; etcd's are protobuf values
+  // (Secrets among them) that the agent has no use for.
+  for (GoHttp2ProbeSites& site : plan.sites) site.offsets.capture_write_bodies = process.name != "etcd";
   auto slot = probes_->Attach(process.pid, process.exe_path, plan.sites, plan.http1);
   if (!slot) {
     s.problem = slot.error();

@@ -1,10 +1,22 @@
 #include "agent/pipeline/request_pipeline.h"
 
+#include <cstring>
+
+#include "agent/analysis/conflict_storm_detector.h"
+#include "agent/analysis/etcd_range_storm_detector.h"
+#include "agent/analysis/exempt_client_detector.h"
+#include "agent/analysis/list_storm_detector.h"
+#include "agent/analysis/relist_churn_detector.h"
+#include "agent/analysis/stuck_finalizers_detector.h"
+#include "agent/analysis/throttled_client_detector.h"
 #include "agent/kube/identity.h"
+#include "agent/kube/object_facts.h"
 #include "agent/kube/metric_labels.h"
 #include "agent/kube/query_shape.h"
 #include "agent/kube/request_info.h"
 #include "agent/protocol/h2_events.h"
+#include "agent/protocol/tls_events.h"
+#include "bpf/events.h"
 
 namespace stormwatch {
 
@@ -32,16 +44,45 @@ std::string ClientLabel(const Identity& identity) {
 
 RequestPipeline::RequestPipeline(PrometheusExporter* exporter, const DetectorsConfig& detectors,
                                  TransitionSink on_transition, AssemblerLimits limits,
-                                 ConnectionIdentity connection_identity)
+                                 ConnectionIdentity connection_identity, ApfNaming apf)
     : exporter_(exporter),
       connection_identity_(std::move(connection_identity)),
       assembler_([this](uint32_t pid, uint64_t conn, std::string_view a,
                         std::string_view ua) { return Resolve(pid, conn, a, ua); },
                  limits),
+      http1_([this](const Http1Exchange& x) { OnHttp1Exchange(x); }),
+      apf_(std::move(apf)),
       on_transition_(std::move(on_transition)) {
   detectors_.push_back(
       std::make_unique<UpdateLoopStormDetector>(detectors.update_loop, detectors.update_loop_allow));
+  if (detectors.list_storm.enabled) {
+    detectors_.push_back(std::make_unique<ListStormDetector>(detectors.list_storm));
+  }
+  if (detectors.exempt_client.enabled) {
+    auto d = std::make_unique<ExemptClientDetector>(detectors.exempt_client);
+    exempt_ = d.get();
+    detectors_.push_back(std::move(d));
+  }
+  if (detectors.conflict_storm.enabled) {
+    detectors_.push_back(std::make_unique<ConflictStormDetector>(detectors.conflict_storm));
+  }
+  if (detectors.throttled_client.enabled) {
+    detectors_.push_back(std::make_unique<ThrottledClientDetector>(detectors.throttled_client));
+  }
+  if (detectors.stuck_finalizers.enabled) {
+    detectors_.push_back(std::make_unique<StuckFinalizersDetector>(detectors.stuck_finalizers));
+  }
+  if (detectors.relist_churn.enabled) {
+    detectors_.push_back(std::make_unique<RelistChurnDetector>(detectors.relist_churn));
+  }
+  if (detectors.etcd_range_storm.enabled) {
+    auto d = std::make_unique<EtcdRangeStormDetector>(detectors.etcd_range_storm);
+    etcd_range_ = d.get();
+    detectors_.push_back(std::move(d));
+  }
 }
+
+RequestPipeline::~RequestPipeline() = default;
 
 Identity RequestPipeline::Resolve(uint32_t pid, uint64_t conn, std::string_view authorization,
                                   std::string_view user_agent) {
@@ -62,6 +103,22 @@ Identity RequestPipeline::Resolve(uint32_t pid, uint64_t conn, std::string_view 
 
 void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
   ++stats_.events;
+  if (bytes.size() >= sizeof(uint32_t)) {
+    uint32_t type;
+    std::memcpy(&type, bytes.data(), sizeof(type));
+    if (type == SW_EV_TLS_DATA || type == SW_EV_TLS_CLOSE) {
+      auto tls = DecodeTlsEvent(bytes);
+      if (!tls) {
+        ++stats_.decode_errors;
+      } else if (auto* data = std::get_if<TlsDataEvent>(&*tls)) {
+        http1_.OnData(*data);
+      } else {
+        const auto& close = std::get<TlsCloseEvent>(*tls);
+        http1_.OnClose(close.tgid, close.conn);
+      }
+      return;
+    }
+  }
   auto event = DecodeCaptureEvent(bytes);
   if (!event) {
     ++stats_.decode_errors;
@@ -73,6 +130,42 @@ void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
     const auto& resp = std::get<H2ResponseEvent>(*event);
     if (auto record = assembler_.OnResponse(resp)) OnRequest(*record);
   }
+}
+
+void RequestPipeline::OnHttp1Exchange(const Http1Exchange& x) {
+  RequestRecord r;
+  r.pid = x.tgid;
+  r.conn_id = x.conn;
+  r.start_ns = x.start_ns;
+  r.end_ns = x.end_ns;
+  r.protocol = "HTTP/1.1";
+  r.method = x.method;
+  r.path = x.path;
+  r.content_type = x.content_type;
+  r.status = x.status;
+  r.response_bytes = x.response_bytes;
+  r.response.priority_level_uid = x.priority_level_uid;
+  r.response.flow_schema_uid = x.flow_schema_uid;
+  r.response.retry_after_s = x.retry_after_s;
+  r.response_body_prefix = x.body_prefix;
+  r.identity = Resolve(x.tgid, x.conn, x.authorization, x.user_agent);
+  OnRequest(r);
+}
+
+void RequestPipeline::NameApfLevels(ResponseFacts& facts) {
+  if (!apf_.names || (facts.priority_level_uid.empty() && facts.flow_schema_uid.empty())) return;
+  bool unknown = false;
+  if (!facts.priority_level_uid.empty()) {
+    auto name = apf_.names->PriorityLevel(facts.priority_level_uid);
+    unknown = unknown || !name;
+    facts.priority_level = name.value_or("");
+  }
+  if (!facts.flow_schema_uid.empty()) {
+    auto name = apf_.names->FlowSchema(facts.flow_schema_uid);
+    unknown = unknown || !name;
+    facts.flow_schema = name.value_or("");
+  }
+  if (unknown && apf_.on_unknown_uid) apf_.on_unknown_uid();
 }
 
 TargetRole RoleOfExecutable(const std::string& name) {
@@ -93,6 +186,7 @@ std::string GrpcMethodLabel(const std::string& path) {
 
 void RequestPipeline::OnEtcdRequest(const RequestRecord& r) {
   exporter_->CountEtcdRequest(GrpcMethodLabel(r.path), std::to_string(r.status));
+  if (etcd_range_) etcd_range_->ObserveEtcd(r, static_cast<int64_t>(r.end_ns));
 }
 
 void RequestPipeline::OnRequest(RequestRecord& r) {
@@ -103,6 +197,12 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   }
   r.info = ParseRequestInfo(r.method, r.path);
   r.shape = ParseQueryShape(r.info, r.path);
+  // Facts from the response body, then the body is gone: it may be a Secret.
+  if (!r.response_body_prefix.empty()) {
+    ParseObjectFacts(r.response_body_prefix, &r.response);
+    std::string().swap(r.response_body_prefix);
+  }
+  NameApfLevels(r.response);
   MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
   exporter_->CountRequest(
       RequestLabels{ClientLabel(r.identity), m.verb, m.group, m.version, m.resource, m.subresource,
@@ -112,6 +212,17 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
     exporter_->CountList(ClientLabel(r.identity), m.group, m.resource, m.scope,
                          ConsistencyName(r.shape.consistency), r.shape.paginated);
   }
+  const std::string client = ClientLabel(r.identity);
+  if (!r.response.priority_level_uid.empty() || !r.response.flow_schema_uid.empty()) {
+    exporter_->CountApf(client, r.response.priority_level, r.response.flow_schema);
+  }
+  if (r.status == 429) {
+    exporter_->CountThrottled(client, r.response.priority_level, r.response.retry_after_s);
+  }
+  if (m.verb == "WATCH" && r.end_ns >= r.start_ns) {
+    exporter_->CountWatch(client, m.group, m.resource, (r.end_ns - r.start_ns) / 1e9,
+                          r.shape.send_initial_events);
+  }
   // Watches last minutes by design: their duration says nothing about latency.
   if (m.verb != "WATCH" && r.end_ns >= r.start_ns) {
     exporter_->ObserveDuration(m.verb, m.group, m.resource, (r.end_ns - r.start_ns) / 1e9);
@@ -119,8 +230,30 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   for (auto& d : detectors_) d->Observe(r, static_cast<int64_t>(r.end_ns));
 }
 
+void RequestPipeline::PublishDetectorState(int64_t now_ns) {
+  for (const auto& d : detectors_) {
+    DetectorStats st = d->Stats();
+    exporter_->SetDetectorState(d->storm(), st.tracked, st.evictions);
+  }
+  if (exempt_) {
+    exporter_->ClearExemptClients();
+    for (const ExemptClient& c : exempt_->ExemptClients(now_ns)) {
+      // "priority_level_exempt,system_masters": one series per reason.
+      size_t start = 0;
+      while (start <= c.reason.size()) {
+        size_t comma = c.reason.find(',', start);
+        std::string reason = c.reason.substr(start, comma - start);
+        if (!reason.empty()) exporter_->SetExemptClient(c.user, reason, c.requests_per_second);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
+  }
+}
+
 void RequestPipeline::Tick(int64_t now_ns) {
   assembler_.Expire(static_cast<uint64_t>(now_ns));
+  http1_.Expire(static_cast<uint64_t>(now_ns));
   for (auto& d : detectors_) {
     for (const StormTransition& t : d->Evaluate(now_ns)) {
       const StormEvidence& e = t.evidence;
@@ -139,6 +272,13 @@ void RequestPipeline::Tick(int64_t now_ns) {
   exporter_->SetCaptureLoss("response_without_request", a.responses_without_request);
   exporter_->SetCaptureLoss("headers_truncated", a.truncated_headers);
   exporter_->SetCaptureLoss("undecodable_event", stats_.decode_errors);
+  const Http1Stats& h1 = http1_.stats();
+  exporter_->SetCaptureLoss("http1_head_truncated", h1.head_truncated);
+  exporter_->SetCaptureLoss("http1_unparseable", h1.unparseable);
+  exporter_->SetCaptureLoss("http1_response_without_request", h1.responses_without_request);
+  exporter_->SetCaptureLoss("http1_request_without_response", h1.requests_without_response);
+  exporter_->SetCaptureLoss("http1_connection_evicted", h1.connections_evicted);
+  PublishDetectorState(now_ns);
 }
 
 }  // namespace stormwatch

@@ -15,7 +15,9 @@
 
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/storm.h"
+#include "agent/kube/apf_names.h"
 #include "agent/core/request_record.h"
+#include "agent/protocol/http1_stream.h"
 #include "agent/protocol/request_assembler.h"
 #include "exporters/prometheus_exporter.h"
 
@@ -56,13 +58,23 @@ TargetRole RoleOfExecutable(const std::string& name);
 // The identity of a connection without a bearer token (its client certificate), if any.
 using ConnectionIdentity = std::function<std::optional<Identity>(uint32_t pid, uint64_t conn)>;
 
+class ExemptClientDetector;
+class EtcdRangeStormDetector;
+
+// APF UIDs to names (agent/kube/apf_names.h), and a nudge when a UID had no name yet.
+struct ApfNaming {
+  const ApfNames* names = nullptr;
+  std::function<void()> on_unknown_uid;
+};
+
 class RequestPipeline {
  public:
   using TransitionSink = std::function<void(const StormTransition&)>;
 
   RequestPipeline(PrometheusExporter* exporter, const DetectorsConfig& detectors,
                   TransitionSink on_transition, AssemblerLimits limits = {},
-                  ConnectionIdentity connection_identity = nullptr);
+                  ConnectionIdentity connection_identity = nullptr, ApfNaming apf = {});
+  ~RequestPipeline();
 
   // One ring-buffer record.
   void OnEvent(std::span<const uint8_t> bytes);
@@ -71,15 +83,20 @@ class RequestPipeline {
   void SetTargetRole(uint32_t tgid, TargetRole role) { roles_[tgid] = role; }
   void ForgetProcess(uint32_t tgid) {
     assembler_.ForgetProcess(tgid);
+    http1_.ForgetProcess(tgid);
     roles_.erase(tgid);
   }
 
   const PipelineStats& stats() const { return stats_; }
   const RequestAssembler& assembler() const { return assembler_; }
+  const Http1Connections& http1() const { return http1_; }
   const std::vector<std::unique_ptr<StormDetector>>& detectors() const { return detectors_; }
 
  private:
   void OnRequest(RequestRecord& r);
+  void OnHttp1Exchange(const Http1Exchange& x);
+  void NameApfLevels(ResponseFacts& facts);
+  void PublishDetectorState(int64_t now_ns);
   Identity Resolve(uint32_t pid, uint64_t conn, std::string_view authorization,
                    std::string_view user_agent);
   void OnEtcdRequest(const RequestRecord& r);
@@ -88,7 +105,11 @@ class RequestPipeline {
   IdentityCache identities_;
   ConnectionIdentity connection_identity_;
   RequestAssembler assembler_;
+  Http1Connections http1_;
+  ApfNaming apf_;
   std::vector<std::unique_ptr<StormDetector>> detectors_;  // one per enabled storm
+  ExemptClientDetector* exempt_ = nullptr;      // in detectors_, when enabled
+  EtcdRangeStormDetector* etcd_range_ = nullptr;  // in detectors_, when enabled
   TransitionSink on_transition_;
   PipelineStats stats_;
   std::unordered_map<uint32_t, TargetRole> roles_;  // by process; unknown = apiserver

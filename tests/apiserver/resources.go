@@ -94,6 +94,16 @@ var resources = []*resourceDef{
 		crd:   true, tracksGeneration: true, statusSubresource: true, returnDeletedObject: true,
 		storageVersionHash: "d0bPcdg2HJA=",
 	},
+	// Nodes and their leases: what kubelets write and seed 002's client listed.
+	{
+		group: "", version: "v1", resource: "nodes", singular: "node", kind: "Node", listKind: "NodeList",
+		shortNames: []string{"no"}, verbs: standardVerbs, statusSubresource: true,
+		returnDeletedObject: true, storageVersionHash: "XwShjMxG9Fs=",
+	},
+	{
+		group: "coordination.k8s.io", version: "v1", resource: "leases", singular: "lease", kind: "Lease",
+		listKind: "LeaseList", namespaced: true, verbs: standardVerbs, storageVersionHash: "gqkMMb/YqFM=",
+	},
 	// API Priority and Fairness configuration (apf.go), v1beta3 as 1.28 prefers it.
 	{
 		group: "flowcontrol.apiserver.k8s.io", version: "v1beta3", resource: "flowschemas", singular: "flowschema",

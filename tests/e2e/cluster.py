@@ -86,6 +86,7 @@ class Cluster:
         self.apiserver_src = apiserver_bin or os.path.join(go_out, "test-apiserver")
         self.kubectl_bin = resolve_kubectl()
         self.operator_bin = operator_bin or os.path.join(go_out, "runaway-operator")
+        self.storm_clients_bin = os.path.join(go_out, "storm-clients")
         if keep_tmp is None:
             keep_tmp = os.environ.get("STORMWATCH_KEEP_TMP") == "1"
         self.keep_tmp = keep_tmp
@@ -383,3 +384,24 @@ class Cluster:
             argv += ["--max-writes", str(max_writes)]
         argv += list(extra_args)
         return self._spawn(argv, f"operator-{len(self.procs)}.log", stdout=subprocess.PIPE)
+
+    def run_storm_client(self, command, *args, token_file=None, cert=None, duration=30):
+        """Starts a subcommand of tests/clients/storm_clients (conflict, throttled, relist, ...: see
+        its main.go) as token_file's identity or as cert's, a (cert, key) pair (none: the
+        subcommand brings its own, e.g. kubelets). Returns its Popen (stdout = its JSON summary)."""
+        argv = [self.storm_clients_bin, command, "--server", self.base_url, "--ca", self.ca_file,
+                "--duration", f"{duration}s"]
+        if token_file:
+            argv += ["--token-file", token_file]
+        if cert:
+            argv += ["--cert", cert[0], "--key", cert[1]]
+        argv += list(args)
+        return self._spawn(argv, f"{command}-{len(self.procs)}.log", stdout=subprocess.PIPE)
+
+    def run_python_list_loop(self, kubeconfig, threads, interval, duration):
+        """Starts tests/clients/python_list_loop.py (the real Python client, seed 002's LIST loop)
+        with Debian's python3; returns its Popen (stdout = its JSON summary)."""
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "python_list_loop.py")
+        argv = ["/usr/bin/python3", script, "--kubeconfig", kubeconfig, "--threads", str(threads),
+                "--interval", str(interval), "--duration", str(duration)]
+        return self._spawn(argv, f"python-list-loop-{len(self.procs)}.log", stdout=subprocess.PIPE)

@@ -7,7 +7,9 @@ helm/stormwatch/ci/, checked without a cluster:
   read-only root, hostPID, control-plane scheduling, probes, resources, seccomp);
 - labels, selectors and ports agree across DaemonSet, Service, ServiceMonitor/PodMonitor;
 - RBAC is limited to reading the APF objects;
-- the rendered agent flags are accepted by the agent binary itself;
+- the rendered config file has the agent's format and defaults (docs/stormwatch.example.yaml),
+  the agent binary itself accepts it (and the flags) for every variant, and refuses a bad
+  override naming the key and the line;
 - one alert per storm of STORMS.md with its runbook, the agent health alerts, and the plain
   rules file identical to the chart's;
 - the dashboard queries only metrics of the README's metrics contract.
@@ -18,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import yaml
@@ -26,6 +29,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chart  # noqa: E402
 
 AGENT = os.path.join(chart.BUILD_DIR, "stormwatch")
+CONFIG_PATH = "/etc/stormwatch/config.yaml"
+EXAMPLE_CONFIG = os.path.join(chart.REPO, "docs", "stormwatch.example.yaml")
+# Keys of the file the chart writes from values `agent` (the container ports and probes use them).
+CHART_OWNED_KEYS = ("metrics_address", "health_address", "log_level")
+# An agent image without --config: every setting that has a flag, passed as flags.
+FLAGS_VALUES = """
+agent:
+  useConfigFile: false
+config:
+  targets:
+    names: [kube-apiserver]
+    pids: [4194304, 12]
+  alertmanager:
+    url: http://alertmanager.monitoring.svc:9093
+"""
 REQUIRED_CAPS = {"BPF", "PERFMON", "SYS_PTRACE"}
 # Documented in values.yaml (extraCapabilities): only for old kernels / unreadable binaries.
 JUSTIFIED_EXTRA_CAPS = {"SYS_RESOURCE", "DAC_READ_SEARCH"}
@@ -165,50 +183,114 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(pod["nodeSelector"], {"node-role.kubernetes.io/master": ""})
         self.assertNotIn("priorityClassName", pod)
 
-    def test_probes_and_ports_match_the_agent_flags(self):
+    def test_probes_and_ports_match_the_agent_config(self):
         for name, values, objs in self.each():
             with self.subTest(variant=name):
                 (ds,) = chart.find(objs, "DaemonSet")
                 (c,) = ds["spec"]["template"]["spec"]["containers"]
                 ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-                flags = dict(a[2:].split("=", 1) for a in c["args"] if a.startswith("--") and "=" in a)
-                self.assertEqual(flags["metrics-address"], "0.0.0.0:%d" % ports["metrics"])
-                self.assertEqual(flags["health-address"], "0.0.0.0:%d" % ports["health"])
+                cfg = yaml.safe_load(config_file(objs))
+                self.assertEqual(cfg["metrics_address"], "0.0.0.0:%d" % ports["metrics"])
+                self.assertEqual(cfg["health_address"], "0.0.0.0:%d" % ports["health"])
+                self.assertEqual(cfg["log_level"], values["agent"]["logLevel"])
+                self.assertEqual(ports["metrics"], values["agent"]["metricsPort"])
                 self.assertEqual(c["livenessProbe"]["httpGet"], {"path": "/healthz", "port": "health"})
                 self.assertEqual(c["readinessProbe"]["httpGet"], {"path": "/readyz", "port": "health"})
-                cfg = values["config"]
-                self.assertEqual(flags["target"], ",".join(cfg["targets"]))
-                self.assertEqual(int(flags["ring-buffer-bytes"]), cfg["capture"]["ring_buffer_bytes"])
-                ul = cfg["detectors"]["update_loop"]
-                self.assertEqual(float(flags["update-loop-object-rate"]), ul["object_rate"])
-                self.assertEqual(int(flags["update-loop-resolve"]), ul["resolve_s"])
+                self.assertEqual(c["args"], ["--config=" + CONFIG_PATH] + values["agent"]["extraArgs"])
 
-    def test_agent_accepts_the_rendered_flags(self):
-        """The agent parses every rendered flag (then --help makes it exit without attaching)."""
+    def test_flags_without_config_file(self):
+        """agent.useConfigFile=false: the settings that have flags, from the same values."""
+        objs = render_objects(FLAGS_VALUES)
+        (ds,) = chart.find(objs, "DaemonSet")
+        (c,) = ds["spec"]["template"]["spec"]["containers"]
+        self.assertEqual(c["args"], [
+            "--target=kube-apiserver", "--pid=4194304", "--pid=12",
+            "--metrics-address=0.0.0.0:9847", "--health-address=0.0.0.0:9848", "--log-level=info",
+            "--ring-buffer-bytes=16777216", "--update-loop-object-rate=5",
+            "--update-loop-object-sustain=10", "--update-loop-resource-rate=100",
+            "--update-loop-resource-sustain=3", "--update-loop-resolve=10",
+            "--alertmanager-url=http://alertmanager.monitoring.svc:9093"])
+
+    def test_agent_accepts_the_rendered_config_and_flags(self):
+        """The agent parses the rendered args and config file of every variant, and of the flags
+        mode; it loads the file before acting on --version, which then exits without attaching."""
         if not os.path.exists(AGENT):
             self.fail("missing %s (build the stormwatch target)" % AGENT)
-        for name, _, objs in self.each():
+        variants = [(name, objs) for name, _, objs in self.each()]
+        variants.append(("flags", render_objects(FLAGS_VALUES)))
+        for name, objs in variants:
             with self.subTest(variant=name):
-                (ds,) = chart.find(objs, "DaemonSet")
-                (c,) = ds["spec"]["template"]["spec"]["containers"]
-                r = subprocess.run([AGENT, *c["args"], "--help"], capture_output=True, text=True, timeout=30)
-                self.assertEqual(r.returncode, 0, "%s rejects %s: %s" % (AGENT, c["args"], r.stderr))
+                r = run_agent(objs)
+                self.assertEqual(r.returncode, 0, "%s rejects the %s variant: %s" % (AGENT, name, r.stderr))
+                self.assertRegex(r.stdout, r"^stormwatch \S+\n$")
+
+    def test_agent_refuses_a_bad_config_override_naming_key_and_line(self):
+        if not os.path.exists(AGENT):
+            self.fail("missing %s (build the stormwatch target)" % AGENT)
+        cases = [
+            # A typo never falls back to the default silently.
+            ("config.detectors.list_storm.sustian_s=15", "sustian_s: 15",
+             "detectors.list_storm.sustian_s: unknown key (line %d); known keys: enabled, list_rate, sustain_s"),
+            # The chart's former layout.
+            ("config.limits.max_objects=20000", "max_objects: 20000",
+             "limits.max_objects: unknown key (line %d); known keys: max_clients"),
+            ("config.detectors.conflict_storm.conflict_ratio=1.5", "conflict_ratio: 1.5",
+             "detectors.conflict_storm.conflict_ratio: must be > 0 and <= 1, got 1.5 (line %d)"),
+            ("config.capture.ring_buffer_bytes=5000", "ring_buffer_bytes: 5000",
+             "capture.ring_buffer_bytes: must be a power of two >= 4096 (line %d)"),
+        ]
+        for override, line_text, message in cases:
+            with self.subTest(override=override):
+                objs = chart.objects(chart.render(sets=[override]))
+                lines = config_file(objs).splitlines()
+                (line,) = [i + 1 for i, text in enumerate(lines) if text.strip() == line_text]
+                r = run_agent(objs)
+                self.assertEqual(r.returncode, 2, r.stdout)
+                self.assertIn("config.yaml: " + message % line, r.stderr)
+                self.assertEqual(r.stdout, "")
+
+    def test_chart_refuses_the_keys_it_owns(self):
+        for key in CHART_OWNED_KEYS:
+            with self.subTest(key=key):
+                r = chart.render(sets=["config.%s=x" % key], check=False)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn("config.%s: set by the chart" % key, r.stderr)
+
+    def test_config_defaults_are_the_agents(self):
+        """values.yaml `config` has the keys and defaults of docs/stormwatch.example.yaml, whose
+        values a unit test (config_file_test) checks are the agent's built-in defaults."""
+        with open(EXAMPLE_CONFIG) as f:
+            example = yaml.safe_load(f)
+        self.assertEqual(yaml.safe_load(config_file(Rendered.get("default", None))), example)
+        without_chart_keys = {k: v for k, v in example.items() if k not in CHART_OWNED_KEYS}
+        self.assertEqual(self.defaults["config"], without_chart_keys)
+        self.assertIs(self.defaults["agent"]["useConfigFile"], True)
 
     def test_config_file_is_mounted_and_matches_values(self):
         for name, values, objs in self.each():
             with self.subTest(variant=name):
                 (ds,) = chart.find(objs, "DaemonSet")
-                cms = {o["metadata"]["name"]: o for o in chart.find(objs, "ConfigMap")}
                 pod = ds["spec"]["template"]["spec"]
                 (vol,) = [v for v in pod["volumes"] if v["name"] == "config"]
-                cm = cms[vol["configMap"]["name"]]
-                self.assertEqual(yaml.safe_load(cm["data"]["config.yaml"]), values["config"])
+                self.assertNotIn("items", vol["configMap"])  # every key is a file named after it
                 (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "config"]
-                self.assertEqual(mount["mountPath"], "/etc/stormwatch")
+                self.assertEqual(os.path.join(mount["mountPath"], "config.yaml"), CONFIG_PATH)
+                agent = values["agent"]
+                expected = dict(values["config"], metrics_address="0.0.0.0:%d" % agent["metricsPort"],
+                                health_address="0.0.0.0:%d" % agent["healthPort"], log_level=agent["logLevel"])
+                self.assertEqual(yaml.safe_load(config_file(objs)), expected)
                 self.assertIn("checksum/config", ds["spec"]["template"]["metadata"]["annotations"])
-        args = chart.find(chart.objects(chart.render(sets=["agent.useConfigFile=true"])),
-                          "DaemonSet")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-        self.assertIn("--config=/etc/stormwatch/config.yaml", args)
+        (ds,) = chart.find(Rendered.get("old-kernel", None), "DaemonSet")
+        cfg = yaml.safe_load(config_file(Rendered.get("old-kernel", None)))
+        self.assertEqual(cfg["targets"], {"names": ["kube-apiserver"], "pids": []})
+        self.assertEqual(cfg["detectors"]["update_loop"]["allow"],
+                         ["system:serviceaccount:kube-system:generic-garbage-collector"])
+        self.assertEqual(cfg["detectors"]["update_loop"]["object_rate"], 2.5)
+        self.assertEqual(cfg["detectors"]["update_loop"]["object_sustain_s"], 10)  # merged default
+        self.assertIs(cfg["detectors"]["relist_churn"]["enabled"], False)
+        cfg = yaml.safe_load(config_file(Rendered.get("minimal", None)))
+        self.assertEqual(cfg["alertmanager"]["url"], "http://alertmanager.monitoring.svc:9093")
+        self.assertEqual(cfg["alertmanager"]["timeout_s"], 5)
 
     def test_config_change_rolls_the_pods(self):
         a = chart.find(Rendered.get("default", None), "DaemonSet")[0]
@@ -284,7 +366,7 @@ class ChartTest(unittest.TestCase):
                 self.assertEqual(role["rules"], [{
                     "apiGroups": ["flowcontrol.apiserver.k8s.io"],
                     "resources": ["flowschemas", "prioritylevelconfigurations"],
-                    "verbs": ["get", "list", "watch"]}])
+                    "verbs": ["get", "list"]}])
                 self.assertEqual(chart.find(objs, "Role"), [])
                 (binding,) = chart.find(objs, "ClusterRoleBinding")
                 self.assertEqual(binding["roleRef"]["name"], role["metadata"]["name"])
@@ -415,6 +497,35 @@ class ImageTest(unittest.TestCase):
         if os.path.exists(AGENT):
             out = subprocess.run([AGENT, "--version"], capture_output=True, text=True).stdout
             self.assertIn(app_version, out, "Chart appVersion != agent --version")
+
+
+def config_file(objs):
+    """The text of the config file the DaemonSet mounts (key config.yaml of its ConfigMap)."""
+    (ds,) = chart.find(objs, "DaemonSet")
+    (vol,) = [v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
+    (cm,) = [o for o in chart.find(objs, "ConfigMap") if o["metadata"]["name"] == vol["configMap"]["name"]]
+    return cm["data"]["config.yaml"]
+
+
+def render_objects(values_text):
+    """The chart rendered with a values file holding `values_text` (--set cannot give lists)."""
+    with tempfile.NamedTemporaryFile("w", suffix="-values.yaml") as f:
+        f.write(values_text)
+        f.flush()
+        return chart.objects(chart.render(f.name))
+
+
+def run_agent(objs):
+    """Runs the agent with the DaemonSet's args and --version, the mounted file replaced by the
+    rendered one: the agent parses flags and file, then exits without attaching."""
+    (ds,) = chart.find(objs, "DaemonSet")
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "config.yaml")
+        with open(path, "w") as f:
+            f.write(config_file(objs))
+        args = [a.replace("=" + CONFIG_PATH, "=" + path) for a in c["args"]]
+        return subprocess.run([AGENT, *args, "--version"], capture_output=True, text=True, timeout=30)
 
 
 def _merge(a, b):

@@ -1,6 +1,10 @@
-// Command-line parsing: the contract flags, defaults, and clear errors for bad input.
+// Command-line parsing: the contract flags, defaults, clear errors for bad input, and the
+// configuration file with flags overriding it.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -55,6 +59,10 @@ TEST(Options, BadInputIsRefusedWithTheFlagNamed) {
       {{"--ring-buffer-bytes", "1000"}, "--ring-buffer-bytes"},
       {{"--update-loop-object-rate", "0"}, "object_rate"},
       {{"--update-loop-resolve", "x"}, "--update-loop-resolve: not a number"},
+      {{"--log-level", "verbose"}, "--log-level: expected trace"},
+      {{"--alertmanager-url", "127.0.0.1:9093"}, "--alertmanager-url: expected an http://"},
+      {{"--config", ""}, "--config: expected a file path"},
+      {{"--config", "/nonexistent/sw.yaml"}, "/nonexistent/sw.yaml: cannot read"},
       {{"--no-such-flag"}, "--no-such-flag"},
       {{"--pid"}, "--pid"},
       {{"stray"}, "stray"},
@@ -64,6 +72,86 @@ TEST(Options, BadInputIsRefusedWithTheFlagNamed) {
     ASSERT_FALSE(o.ok()) << c.args[0];
     EXPECT_NE(o.error().find(c.needle), std::string::npos) << o.error();
   }
+}
+
+// A config file in a fresh temporary directory, removed with the test.
+class ConfigFileFlag : public testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/stormwatch-options-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    path_ = dir_ + "/stormwatch.yaml";
+  }
+  void TearDown() override {
+    unlink(path_.c_str());
+    rmdir(dir_.c_str());
+  }
+  void Write(const std::string& yaml) { std::ofstream(path_) << yaml; }
+  std::string dir_, path_;
+};
+
+constexpr char kFile[] = R"(targets:
+  names: [etcd]
+  pids: [11]
+metrics_address: 127.0.0.1:7000
+detectors:
+  update_loop: {object_rate: 7, resolve_s: 40}
+  list_storm: {sustain_s: 20}
+alertmanager: {url: "http://am.example:9093"}
+)";
+
+TEST_F(ConfigFileFlag, FileSetsValuesBeyondTheFlags) {
+  Write(kFile);
+  auto o = Parse({"--config", path_});
+  ASSERT_TRUE(o.ok()) << o.error();
+  EXPECT_EQ(o->config_path, path_);
+  EXPECT_EQ(o->target_names, (std::vector<std::string>{"etcd"}));
+  EXPECT_EQ(o->pids, (std::vector<pid_t>{11}));
+  EXPECT_EQ(o->metrics_address, "127.0.0.1:7000");
+  EXPECT_EQ(o->detectors.update_loop.object_rate, 7.0);
+  EXPECT_EQ(o->detectors.update_loop.resolve_s, 40);
+  EXPECT_EQ(o->detectors.list_storm.sustain_s, 20);
+  EXPECT_EQ(o->alertmanager.url, "http://am.example:9093");
+  EXPECT_EQ(o->health_address, "0.0.0.0:9848");  // not in the file: default
+}
+
+TEST_F(ConfigFileFlag, FlagsOverrideTheFileWhateverTheirOrder) {
+  Write(kFile);
+  std::vector<std::string> overrides = {
+      "--target", "kube-apiserver", "--pid", "22,33", "--metrics-address", "127.0.0.1:8000",
+      "--update-loop-object-rate", "9", "--alertmanager-url", "http://127.0.0.1:9093"};
+  std::vector<std::string> before = overrides, after = {"--config", path_};
+  before.insert(before.end(), {"--config", path_});
+  after.insert(after.end(), overrides.begin(), overrides.end());
+  for (const auto& args : {before, after}) {
+    auto o = Parse(args);
+    ASSERT_TRUE(o.ok()) << o.error();
+    EXPECT_EQ(o->target_names, (std::vector<std::string>{"kube-apiserver"}));
+    EXPECT_EQ(o->pids, (std::vector<pid_t>{22, 33}));
+    EXPECT_EQ(o->metrics_address, "127.0.0.1:8000");
+    EXPECT_EQ(o->detectors.update_loop.object_rate, 9.0);
+    EXPECT_EQ(o->alertmanager.url, "http://127.0.0.1:9093");
+    // What no flag overrode still comes from the file.
+    EXPECT_EQ(o->detectors.update_loop.resolve_s, 40);
+    EXPECT_EQ(o->detectors.list_storm.sustain_s, 20);
+  }
+}
+
+TEST_F(ConfigFileFlag, FileErrorsNameFileKeyAndLine) {
+  Write("detectors:\n  list_storm:\n    sustian_s: 20\n");
+  auto o = Parse({"--config", path_});
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error().rfind(path_ + ": detectors.list_storm.sustian_s: unknown key (line 3)", 0),
+            0u)
+      << o.error();
+}
+
+TEST_F(ConfigFileFlag, FlagsAreCheckedAfterTheFile) {
+  Write("detectors: {update_loop: {object_rate: 7}}\n");
+  auto o = Parse({"--config", path_, "--update-loop-object-rate", "0"});
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error(), "update loop detector: object_rate must be > 0");
 }
 
 }  // namespace

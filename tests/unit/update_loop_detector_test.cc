@@ -529,3 +529,51 @@ TEST(UpdateLoopTest, LateWritesOutsideTheRingAreCounted) {
 
 }  // namespace
 }  // namespace stormwatch
+
+namespace stormwatch {
+namespace {
+
+// STORMS.md §1 "metadata-only": the write responses' metadata.generation never moves.
+std::vector<Event> GenerationStream(int64_t first_generation, bool bump_each_write) {
+  std::vector<Event> out;
+  for (int k = 0; k < 60; ++k) {  // 6 writes/s for 10 s
+    RequestRecord r = Write(kOperator, "team-a", "job-1");
+    r.response.object_seen = true;
+    r.response.generation = bump_each_write ? first_generation + k : first_generation;
+    out.push_back({k * kSec / 6, r});
+  }
+  return out;
+}
+
+TEST(UpdateLoopTest, GenerationThatNeverMovesIsMetadataOnly) {
+  Sim sim;
+  sim.Run(GenerationStream(7, false), 12 * kSec);
+  auto firing = sim.Of(StormState::kFiring);
+  ASSERT_EQ(firing.size(), 1u);
+  EXPECT_EQ(firing[0].evidence.metadata_only, "yes");
+  EXPECT_EQ(firing[0].evidence.top_objects[0].generation, 7);
+  StormEvidence e = ToStormEvidence(firing[0].evidence);
+  EXPECT_EQ(e.details["metadata_only"], "yes");
+  EXPECT_EQ(e.details["top_objects"][0]["generation_changed"], false);
+  EXPECT_NE(e.summary.find("generation never changes"), std::string::npos) << e.summary;
+}
+
+TEST(UpdateLoopTest, GenerationThatMovesIsNotMetadataOnly) {
+  Sim sim;
+  sim.Run(GenerationStream(1, true), 12 * kSec);
+  auto firing = sim.Of(StormState::kFiring);
+  ASSERT_EQ(firing.size(), 1u);
+  EXPECT_EQ(firing[0].evidence.metadata_only, "no");
+  EXPECT_EQ(firing[0].evidence.top_objects[0].generation_changes, 59u);
+}
+
+TEST(UpdateLoopTest, WithoutResponseBodiesMetadataOnlyIsUnknown) {
+  Sim sim;
+  sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 11, 2, 0, 11 * kSec), 12 * kSec);
+  auto firing = sim.Of(StormState::kFiring);
+  ASSERT_EQ(firing.size(), 1u);
+  EXPECT_EQ(firing[0].evidence.metadata_only, "unknown");
+}
+
+}  // namespace
+}  // namespace stormwatch

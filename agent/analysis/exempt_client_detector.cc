@@ -1,0 +1,193 @@
+#include "agent/analysis/exempt_client_detector.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+namespace stormwatch {
+namespace {
+
+double Round2(double v) { return static_cast<double>(static_cast<int64_t>(v * 100 + 0.5)) / 100; }
+
+nlohmann::json TopList(const Tally& tally, const char* name, size_t n) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [value, count] : tally.Top(n)) out.push_back({{name, value}, {"count", count}});
+  return out;
+}
+
+}  // namespace
+
+ExemptClientDetector::ExemptClientDetector(ExemptClientConfig config)
+    : config_(std::move(config)), clients_(config_.max_clients) {
+  if (!(config_.escalate_rate > 0)) config_.escalate_rate = ExemptClientConfig{}.escalate_rate;
+  config_.active_window_s = std::max(config_.active_window_s, 1);
+  config_.escalate_sustain_s = std::max(config_.escalate_sustain_s, 1);
+  config_.resolve_s = std::max(config_.resolve_s, 1);
+  config_.max_clients = clients_.capacity();
+}
+
+void ExemptClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
+  const std::string& user = r.identity.user;
+  if (config_.allow.Allows(user)) return;
+  const bool by_level = r.response.priority_level == "exempt";
+  const bool by_masters = r.identity.system_masters;
+  if (!by_level && !by_masters) {
+    // Another level, or an unknown level from a client not known to be exempt.
+    if (!r.response.priority_level.empty() || clients_.Find(user) == nullptr) return;
+  }
+  ++observed_;
+
+  const auto ring = static_cast<size_t>(
+      std::max({config_.active_window_s, config_.escalate_sustain_s, config_.resolve_s}) + 1);
+  Entry& e = clients_.FindOrInsert(
+      user,
+      [&] {
+        Entry fresh(ring);
+        fresh.identity = r.identity;
+        fresh.first_seen_ns = now_ns;
+        return fresh;
+      },
+      [&](const std::string&, const Entry& victim) {
+        if (victim.firing) pending_.push_back({StormState::kResolved, now_ns, victim.fired});
+      });
+  if (e.identity.user_agent != r.identity.user_agent) {
+    e.identity.user_agent = r.identity.user_agent;
+    e.identity.component = r.identity.component;
+    e.identity.component_version = r.identity.component_version;
+  }
+  if (by_masters) {
+    e.identity.system_masters = true;
+    if (e.identity.groups.empty()) e.identity.groups = r.identity.groups;
+  }
+  e.priority_level_exempt = e.priority_level_exempt || by_level;
+  e.system_masters = e.system_masters || by_masters;
+  e.requests.Add(now_ns);
+  e.last_seen_ns = std::max(e.last_seen_ns, now_ns);
+  e.verbs.Add(r.info.verb);
+  if (!r.info.resource.empty()) {
+    e.resources.Add(r.info.resource + (r.info.api_group.empty() ? "" : "." + r.info.api_group));
+  } else {
+    e.resources.Add(r.info.path);  // a non-resource URL such as /metrics
+  }
+  if (!r.response.flow_schema.empty()) e.flow_schemas.Add(r.response.flow_schema);
+}
+
+std::string ExemptClientDetector::Reason(const Entry& e) const {
+  if (e.priority_level_exempt && e.system_masters) {
+    return std::string(kReasonPriorityLevelExempt) + "," + kReasonSystemMasters;
+  }
+  return e.system_masters ? kReasonSystemMasters : kReasonPriorityLevelExempt;
+}
+
+std::vector<ExemptClient> ExemptClientDetector::ExemptClients(int64_t now_ns) const {
+  const int64_t now_s = now_ns / kNsPerSecond;
+  const int window = config_.active_window_s;
+  std::vector<ExemptClient> out;
+  for (const auto& [user, e] : clients_) {
+    if (e.last_seen_ns < now_ns - window * kNsPerSecond) continue;
+    // Complete seconds only; a client first seen 5 s ago is averaged over 5 s, not 60.
+    const int64_t seconds = std::clamp<int64_t>(now_s - e.first_seen_ns / kNsPerSecond, 1, window);
+    const double rate = e.requests.Sum(now_s - 1, window) / static_cast<double>(seconds);
+    out.push_back({user, Reason(e), rate, e.last_seen_ns});
+  }
+  std::sort(out.begin(), out.end(), [](const ExemptClient& a, const ExemptClient& b) {
+    if (a.requests_per_second != b.requests_per_second) {
+      return a.requests_per_second > b.requests_per_second;
+    }
+    return a.user < b.user;
+  });
+  return out;
+}
+
+StormEvidence ExemptClientDetector::BuildEvidence(const Entry& e, int64_t last) const {
+  const double rate = e.requests.Sum(last, config_.escalate_sustain_s) / config_.escalate_sustain_s;
+  const std::string reason = Reason(e);
+  StormEvidence ev;
+  ev.storm = kExemptClientName;
+  ev.severity = "critical";
+  ev.identity = e.identity;
+  ev.fix = kExemptClientFix;
+  ev.details = {
+      {"reason", reason},
+      {"requests_per_second", Round2(rate)},
+      {"window_s", config_.escalate_sustain_s},
+      {"top_verbs", TopList(e.verbs, "verb", 5)},
+      {"top_resources", TopList(e.resources, "resource", 5)},
+      {"user_agent", e.identity.user_agent},
+      {"component", e.identity.component},
+      {"priority_level", e.priority_level_exempt ? "exempt" : ""},
+      {"flow_schema", e.flow_schemas.Most()},
+      {"system_masters", e.system_masters},
+  };
+  if (!e.identity.groups.empty()) ev.details["groups"] = e.identity.groups;
+  char figures[64];
+  std::snprintf(figures, sizeof(figures), "%.1f requests/s", rate);
+  ev.summary = "exempt client " +
+               (e.identity.user.empty() ? std::string("unknown") : e.identity.user) + " (" +
+               reason + ") at " + figures +
+               ": API Priority and Fairness does not limit it";
+  return ev;
+}
+
+std::vector<StormTransition> ExemptClientDetector::Evaluate(int64_t now_ns) {
+  std::vector<StormTransition> out = std::move(pending_);
+  pending_.clear();
+  const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
+  const double rate = config_.escalate_rate;
+
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    Entry& e = it->second;
+    if (!e.firing) {
+      if (e.last_seen_ns < now_ns - config_.active_window_s * kNsPerSecond) {
+        it = clients_.Erase(it);  // gone quiet: forgotten, its tallies start afresh
+        continue;
+      }
+      if (e.requests.EachAtLeast(last, config_.escalate_sustain_s, rate)) {
+        int64_t since = last - config_.escalate_sustain_s + 1;
+        while (since > last - static_cast<int64_t>(e.requests.seconds()) + 2 &&
+               e.requests.At(since - 1) >= rate) {
+          --since;
+        }
+        StormEvidence ev = BuildEvidence(e, last);
+        ev.since_ns = std::max(since * kNsPerSecond, e.first_seen_ns);
+        ev.fired_ns = now_ns;
+        e.firing = true;
+        e.fired = ev;
+        e.live = ev;
+        out.push_back({StormState::kFiring, now_ns, std::move(ev)});
+      }
+      ++it;
+      continue;
+    }
+
+    bool calm = true;
+    for (int64_t s = last - config_.resolve_s + 1; s <= last && calm; ++s) {
+      calm = e.requests.At(s) < rate;
+    }
+    if (calm) {
+      e.firing = false;
+      out.push_back({StormState::kResolved, now_ns, e.fired});
+    } else {
+      StormEvidence ev = BuildEvidence(e, last);
+      ev.since_ns = e.fired.since_ns;
+      ev.fired_ns = e.fired.fired_ns;
+      e.live = std::move(ev);
+    }
+    ++it;
+  }
+  return out;
+}
+
+std::vector<StormEvidence> ExemptClientDetector::Active() const {
+  std::vector<StormEvidence> active;
+  for (const auto& [user, e] : clients_) {
+    if (e.firing) active.push_back(e.live);
+  }
+  return active;
+}
+
+DetectorStats ExemptClientDetector::Stats() const {
+  return {observed_, clients_.evictions(), clients_.size()};
+}
+
+}  // namespace stormwatch

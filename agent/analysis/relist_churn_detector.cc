@@ -1,0 +1,240 @@
+#include "agent/analysis/relist_churn_detector.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <utility>
+
+#include "agent/kube/query_shape.h"
+
+namespace stormwatch {
+namespace {
+
+constexpr char kSep = '\x1f';  // cannot occur in names, users, resources or selectors
+
+double Round2(double v) { return static_cast<double>(static_cast<int64_t>(v * 100 + 0.5)) / 100; }
+
+// When the request began: its captured start, or its end when the start is unknown.
+int64_t StartNs(const RequestRecord& r, int64_t now_ns) {
+  const auto start = static_cast<int64_t>(r.start_ns);
+  return r.start_ns != 0 && start <= now_ns ? start : now_ns;
+}
+
+}  // namespace
+
+RelistChurnDetector::RelistChurnDetector(RelistChurnConfig config)
+    : config_(std::move(config)), entries_(config_.max_keys), informers_(config_.max_keys) {
+  if (!(config_.watch_rate > 0)) config_.watch_rate = RelistChurnConfig{}.watch_rate;
+  config_.window_s = std::max(config_.window_s, 1);
+  config_.min_relists = std::max(config_.min_relists, 1);
+  config_.resolve_s = std::max(config_.resolve_s, 1);
+  config_.max_keys = entries_.capacity();
+}
+
+void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
+  const bool is_watch = r.info.verb == "watch";
+  if ((!is_watch && r.info.verb != "list") || config_.allow.Allows(r.identity.user)) return;
+  ++observed_;
+  const int64_t start_ns = StartNs(r, now_ns);
+
+  // Client instance = user + pod: replicas of one service account each run their informers.
+  std::string key;
+  key.reserve(r.identity.user.size() + r.identity.pod_name.size() + r.info.api_group.size() +
+              r.info.resource.size() + 3);
+  key.append(r.identity.user).push_back(kSep);
+  key.append(r.identity.pod_name).push_back(kSep);
+  key.append(r.info.api_group).push_back(kSep);
+  key.append(r.info.resource);
+  std::string informer_key = key;
+  informer_key.append(1, kSep).append(r.info.namespace_);
+  informer_key.append(1, kSep).append(r.info.label_selector);
+  informer_key.append(1, kSep).append(r.info.field_selector);
+
+  // Windows ending at each of the last resolve_s seconds, plus the second in progress.
+  const auto ring = static_cast<size_t>(config_.window_s + config_.resolve_s + 1);
+  Entry& e = entries_.FindOrInsert(
+      key,
+      [&] {
+        Entry fresh(ring);
+        fresh.identity = r.identity;
+        fresh.api_group = r.info.api_group;
+        fresh.resource = r.info.resource;
+        return fresh;
+      },
+      [&](const std::string&, const Entry& victim) {
+        if (victim.firing) pending_.push_back({StormState::kResolved, now_ns, victim.fired});
+      });
+  if (e.identity.user_agent != r.identity.user_agent) {
+    e.identity.user_agent = r.identity.user_agent;
+    e.identity.component = r.identity.component;
+    e.identity.component_version = r.identity.component_version;
+  }
+  Informer& informer =
+      informers_.FindOrInsert(informer_key, [] { return Informer{}; }, [](auto&, auto&) {});
+  Second* second = e.seconds.Slot(start_ns / kNsPerSecond);  // nullptr: began too long ago
+
+  if (!is_watch) {
+    if (r.shape.continued) return;  // a later page of a LIST already counted
+    e.list_shape = r.shape;
+    e.list_seen = true;
+    informer.list_start_ns = start_ns;
+    if (second) ++second->full_lists;
+    return;
+  }
+
+  e.watches[e.watches_seen % kWatchSamples] = {start_ns, now_ns - start_ns, r.status};
+  ++e.watches_seen;
+  if (second) ++second->watches;
+  const bool after_list = informer.list_start_ns >= 0 && start_ns >= informer.list_start_ns;
+  if (!after_list && !r.shape.send_initial_events) return;  // a re-WATCH: no LIST in between
+  informer.list_start_ns = -1;
+  if (informer.listed_before) {
+    if (second) ++second->relists;
+    e.relist_namespace = r.info.namespace_;
+    e.relist_label_selector = r.info.label_selector;
+    e.relist_field_selector = r.info.field_selector;
+  }
+  informer.listed_before = true;
+}
+
+RelistChurnDetector::Window RelistChurnDetector::WindowSum(const Entry& e, int64_t last) const {
+  Window w;
+  for (int64_t s = last - config_.window_s + 1; s <= last; ++s) {
+    const Second v = e.seconds.At(s);
+    w.watches += v.watches;
+    w.relists += v.relists;
+    w.full_lists += v.full_lists;
+  }
+  return w;
+}
+
+bool RelistChurnDetector::Churning(const Window& w) const {
+  return w.relists >= static_cast<uint32_t>(config_.min_relists) ||
+         w.watches >= config_.watch_rate * config_.window_s;
+}
+
+StormEvidence RelistChurnDetector::BuildEvidence(const Entry& e, const Window& w,
+                                                 int64_t last) const {
+  // Watches of the window among the recent samples: their durations and codes.
+  const int64_t window_start_ns = (last - config_.window_s + 1) * kNsPerSecond;
+  const int64_t window_end_ns = (last + 1) * kNsPerSecond;
+  std::vector<int64_t> durations;
+  std::map<int, uint64_t> codes;
+  for (size_t i = 0; i < std::min(e.watches_seen, kWatchSamples); ++i) {
+    const WatchSample& s = e.watches[i];
+    if (s.start_ns < window_start_ns || s.start_ns >= window_end_ns) continue;
+    durations.push_back(s.duration_ns);
+    ++codes[s.status];
+  }
+  double median_s = 0;
+  if (!durations.empty()) {
+    std::sort(durations.begin(), durations.end());
+    const size_t mid = durations.size() / 2;
+    const int64_t median_ns = durations.size() % 2 ? durations[mid]
+                                                   : (durations[mid - 1] + durations[mid]) / 2;
+    median_s = static_cast<double>(median_ns) / kNsPerSecond;
+  }
+  nlohmann::json code_counts = nlohmann::json::object();
+  for (const auto& [code, n] : codes) code_counts[std::to_string(code)] = n;
+
+  const bool relists_rule = w.relists >= static_cast<uint32_t>(config_.min_relists);
+  const bool rate_rule = w.watches >= config_.watch_rate * config_.window_s;
+  const double watches_per_second = static_cast<double>(w.watches) / config_.window_s;
+
+  StormEvidence ev;
+  ev.storm = kRelistChurnName;
+  ev.identity = e.identity;
+  ev.api_group = e.api_group;
+  ev.resource = e.resource;
+  ev.namespace_ = e.relist_namespace;
+  ev.fix = kRelistChurnFix;
+  ev.details = {
+      {"rule", relists_rule && rate_rule ? "relists,watch_rate"
+               : relists_rule           ? "relists"
+                                        : "watch_rate"},
+      {"window_s", config_.window_s},
+      {"relists_in_window", w.relists},
+      {"full_lists_in_window", w.full_lists},
+      {"watches_in_window", w.watches},
+      {"watches_per_second", Round2(watches_per_second)},
+      {"median_watch_seconds", Round2(median_s)},
+      {"watch_samples", durations.size()},
+      {"watch_codes", code_counts},
+      {"user_agent", e.identity.user_agent},
+      {"component", e.identity.component},
+  };
+  if (e.list_seen) {
+    const QueryShape& q = e.list_shape;
+    ev.details["list_shape"] = {{"consistency", ConsistencyName(q.consistency)},
+                                {"paginated", q.paginated},
+                                {"limit", q.limit},
+                                {"label_selector", q.label_selector},
+                                {"field_selector", q.field_selector}};
+  }
+  if (!e.relist_label_selector.empty()) ev.details["label_selector"] = e.relist_label_selector;
+  if (!e.relist_field_selector.empty()) ev.details["field_selector"] = e.relist_field_selector;
+
+  const std::string what = e.resource + (e.api_group.empty() ? "" : "." + e.api_group);
+  char figures[128];
+  std::snprintf(figures, sizeof(figures),
+                "%u relists and %u watches in %d s (%.2f watches/s), median watch %.1f s",
+                w.relists, w.watches, config_.window_s, watches_per_second, median_s);
+  ev.summary = "client " + (e.identity.user.empty() ? std::string("unknown") : e.identity.user) +
+               (e.identity.pod_name.empty() ? "" : " (pod " + e.identity.pod_name + ")") +
+               " keeps relisting " + what + ": " + figures;
+  return ev;
+}
+
+std::vector<StormTransition> RelistChurnDetector::Evaluate(int64_t now_ns) {
+  std::vector<StormTransition> out = std::move(pending_);
+  pending_.clear();
+  const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
+
+  for (auto& [key, e] : entries_) {
+    if (!e.firing) {
+      const Window w = WindowSum(e, last);
+      if (!Churning(w)) continue;
+      StormEvidence ev = BuildEvidence(e, w, last);
+      // The churn began at the window's first second holding a new watch.
+      int64_t since = last - config_.window_s + 1;
+      while (since < last && e.seconds.At(since).watches == 0) ++since;
+      ev.since_ns = since * kNsPerSecond;
+      ev.fired_ns = now_ns;
+      e.firing = true;
+      e.fired = ev;
+      e.live = ev;
+      out.push_back({StormState::kFiring, now_ns, std::move(ev)});
+      continue;
+    }
+
+    bool calm = true;
+    for (int64_t s = last - config_.resolve_s + 1; s <= last && calm; ++s) {
+      calm = !Churning(WindowSum(e, s));
+    }
+    if (calm) {
+      e.firing = false;
+      out.push_back({StormState::kResolved, now_ns, e.fired});
+      continue;
+    }
+    StormEvidence ev = BuildEvidence(e, WindowSum(e, last), last);
+    ev.since_ns = e.fired.since_ns;
+    ev.fired_ns = e.fired.fired_ns;
+    e.live = std::move(ev);
+  }
+  return out;
+}
+
+std::vector<StormEvidence> RelistChurnDetector::Active() const {
+  std::vector<StormEvidence> active;
+  for (const auto& [key, e] : entries_) {
+    if (e.firing) active.push_back(e.live);
+  }
+  return active;
+}
+
+DetectorStats RelistChurnDetector::Stats() const {
+  return {observed_, entries_.evictions() + informers_.evictions(),
+          entries_.size() + informers_.size()};
+}
+
+}  // namespace stormwatch

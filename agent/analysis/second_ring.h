@@ -1,0 +1,49 @@
+// Per-second values of a small struct of counters over the last `seconds` whole seconds, in a
+// fixed ring: SecondBuckets for detectors that count several things per second. Seconds are
+// absolute (monotonic ns / 1e9). Not thread-safe.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace stormwatch {
+
+template <typename T>
+class SecondRing {
+ public:
+  explicit SecondRing(size_t seconds) : slots_(std::max<size_t>(seconds, 1)) {}
+
+  // The slot of second `s`, advancing the ring (and clearing skipped seconds) when `s` is
+  // newer than any seen; nullptr when `s` is older than the ring keeps.
+  T* Slot(int64_t s) {
+    const auto n = static_cast<int64_t>(slots_.size());
+    if (s > head_) {
+      for (int64_t t = std::max(head_ + 1, s - n + 1); t <= s; ++t) slots_[Index(t)] = T{};
+      head_ = s;
+    } else if (s <= head_ - n) {
+      return nullptr;
+    }
+    return &slots_[Index(s)];
+  }
+
+  // The value of second `s`; T{} when outside the ring.
+  T At(int64_t s) const {
+    if (s > head_ || s <= head_ - static_cast<int64_t>(slots_.size())) return T{};
+    return slots_[Index(s)];
+  }
+
+  size_t seconds() const { return slots_.size(); }
+
+ private:
+  size_t Index(int64_t s) const {
+    const auto n = static_cast<int64_t>(slots_.size());
+    return static_cast<size_t>(((s % n) + n) % n);
+  }
+
+  std::vector<T> slots_;
+  int64_t head_ = INT64_MIN / 2;
+};
+
+}  // namespace stormwatch

@@ -1,0 +1,300 @@
+#include "agent/analysis/stuck_finalizers_detector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+#include <utility>
+
+namespace stormwatch {
+namespace {
+
+constexpr char kSep = '\x1f';  // cannot occur in names, users or resources
+constexpr int kWriterBuckets = 10;  // the writer lookback, cut into this many coarse buckets
+constexpr size_t kExamples = 5;
+constexpr int kDeleteRateWindowS = 60;
+
+double Round2(double v) { return std::round(v * 100) / 100; }
+int64_t Seconds(int64_t ns) { return ns / kNsPerSecond; }
+
+std::string Join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& p : parts) out.append(out.empty() ? "" : ",").append(p);
+  return out;
+}
+
+}  // namespace
+
+struct StuckFinalizersDetector::Stuck {
+  size_t count = 0;        // stuck: terminating for >= stuck_after_s
+  size_t terminating = 0;  // all terminating objects of the resource
+  std::vector<const Terminating*> oldest;  // the oldest stuck ones, oldest first
+  const LastWrite* last_writer = nullptr;  // the latest write on any stuck object
+  std::string namespace_;
+  bool one_namespace = true;
+};
+
+StuckFinalizersDetector::StuckFinalizersDetector(StuckFinalizersConfig config)
+    : config_(std::move(config)),
+      writer_bucket_s_(1),
+      terminating_(config_.max_objects),
+      last_writes_(config_.max_objects),
+      writers_(config_.max_writers),
+      resources_(config_.max_resources) {
+  config_.stuck_after_s = std::max(config_.stuck_after_s, 1);
+  config_.min_stuck_objects = std::max(config_.min_stuck_objects, 1);
+  config_.writer_lookback_s = std::max(config_.writer_lookback_s, 1);
+  config_.silent_after_s = std::max(config_.silent_after_s, 1);
+  config_.resolve_s = std::max(config_.resolve_s, 1);
+  writer_bucket_s_ = (config_.writer_lookback_s + kWriterBuckets - 1) / kWriterBuckets;
+}
+
+StuckFinalizersDetector::Resource& StuckFinalizersDetector::TouchResource(
+    const RequestRecord& r, const std::string& key, int64_t now_ns) {
+  return resources_.FindOrInsert(
+      key,
+      [&] {
+        Resource fresh;
+        fresh.api_group = r.info.api_group;
+        fresh.resource = r.info.resource;
+        return fresh;
+      },
+      [&](const std::string&, Resource& victim) {
+        // A firing storm must still end with exactly one Resolved.
+        if (victim.firing) pending_.push_back({StormState::kResolved, now_ns, victim.live});
+      });
+}
+
+void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r,
+                                           const std::string& resource_key,
+                                           const std::string& object_key, bool allowed,
+                                           int64_t now_ns) {
+  if (!allowed) {
+    TouchResource(r, resource_key, now_ns);
+    std::string writer_key = resource_key;
+    writer_key.append(1, kSep).append(r.identity.user).append(1, kSep).append(r.identity.pod_name);
+    Writer& w = writers_.FindOrInsert(
+        writer_key,
+        [&] {
+          Writer fresh(kWriterBuckets);
+          fresh.identity = std::make_shared<const Identity>(r.identity);
+          fresh.resource_key = resource_key;
+          return fresh;
+        },
+        [](const std::string&, Writer&) {});
+    // SecondBuckets counts per second of its argument: a coarser clock gives coarser buckets.
+    w.writes.Add(now_ns / writer_bucket_s_);
+    w.last_write_ns = std::max(w.last_write_ns, now_ns);
+    if (!object_key.empty()) {
+      last_writes_.FindOrInsert(object_key, [] { return LastWrite{}; },
+                                [](const std::string&, LastWrite&) {}) = {w.identity, now_ns};
+    }
+  }
+  const ResponseFacts& f = r.response;
+  if (object_key.empty() || r.status < 200 || r.status >= 300) return;
+  if (!f.object_seen || !f.finalizers_seen) return;
+  if (f.finalizers.empty() || !f.deletion_timestamp) {
+    terminating_.Erase(object_key);  // finalizers gone (or a new object of the same name)
+  } else if (Terminating* t = terminating_.Find(object_key)) {
+    t->finalizers = f.finalizers;  // some removed, others left
+  }
+}
+
+void StuckFinalizersDetector::Observe(const RequestRecord& r, int64_t now_ns) {
+  const RequestInfo& info = r.info;
+  if (!info.is_resource_request || info.resource.empty()) return;
+  const bool write = info.verb == "update" || info.verb == "patch";
+  const bool remove = info.verb == "delete" || info.verb == "deletecollection";
+  const bool not_found = r.status == 404 && !info.name.empty();
+  if (!write && !remove && !not_found) return;
+  ++observed_;
+
+  std::string resource_key = info.api_group;
+  resource_key.append(1, kSep).append(info.resource);
+  std::string object_key;
+  if (!info.name.empty()) {
+    object_key = resource_key;
+    object_key.append(1, kSep).append(info.namespace_).append(1, kSep).append(info.name);
+  }
+  if (not_found) {
+    terminating_.Erase(object_key);
+    return;
+  }
+  const bool allowed = config_.allow.Allows(r.identity.user);
+  if (write) {
+    ObserveWrite(r, resource_key, object_key, allowed, now_ns);
+    return;
+  }
+
+  Resource& res = TouchResource(r, resource_key, now_ns);
+  res.deletes.Add(now_ns);
+  res.last_delete_ns = std::max(res.last_delete_ns, now_ns);
+  if (object_key.empty() || r.status < 200 || r.status >= 300) return;
+  const ResponseFacts& f = r.response;
+  if (!f.object_seen || !f.deletion_timestamp || (f.finalizers_seen && f.finalizers.empty())) {
+    terminating_.Erase(object_key);  // deleted outright, or held by nothing but a grace period
+    return;
+  }
+  if (!f.finalizers_seen || allowed) return;
+  if (Terminating* t = terminating_.Find(object_key)) {
+    t->finalizers = f.finalizers;  // a repeated DELETE: still terminating since the first
+    return;
+  }
+  terminating_.FindOrInsert(
+      object_key,
+      [&] {
+        return Terminating{resource_key, info.namespace_, info.name, f.finalizers, now_ns};
+      },
+      [](const std::string&, Terminating&) {});
+}
+
+double StuckFinalizersDetector::WritesInLookback(const Writer& w) const {
+  return w.writes.Sum(w.last_write_ns / writer_bucket_s_ / kNsPerSecond, kWriterBuckets);
+}
+
+StormEvidence StuckFinalizersDetector::BuildEvidence(const Resource& res,
+                                                     const std::string& resource_key,
+                                                     const Stuck& stuck, int64_t now_ns) const {
+  // The silent controller: steady before, silent now, while deletes kept coming.
+  const Writer* silent = nullptr;
+  double silent_writes = 0;
+  for (const auto& [key, w] : writers_) {
+    if (w.resource_key != resource_key) continue;
+    if (now_ns - w.last_write_ns < config_.silent_after_s * kNsPerSecond) continue;
+    if (res.last_delete_ns <= w.last_write_ns) continue;
+    const double writes = WritesInLookback(w);
+    if (writes < config_.steady_writer_writes) continue;
+    if (!silent || writes > silent_writes ||
+        (writes == silent_writes && w.last_write_ns > silent->last_write_ns)) {
+      silent = &w;
+      silent_writes = writes;
+    }
+  }
+
+  nlohmann::json examples = nlohmann::json::array();
+  for (const Terminating* t : stuck.oldest) {
+    examples.push_back({{"namespace", t->namespace_},
+                        {"name", t->name},
+                        {"finalizers", Join(t->finalizers)},
+                        {"terminating_s", Seconds(now_ns - t->since_ns)}});
+  }
+  const int64_t oldest_s = Seconds(now_ns - stuck.oldest.front()->since_ns);
+  const std::string last_writer =
+      stuck.last_writer ? stuck.last_writer->identity->user : std::string();
+
+  StormEvidence ev;
+  ev.storm = kStuckFinalizersStorm;
+  if (silent) {
+    ev.identity = *silent->identity;
+  } else if (stuck.last_writer) {
+    ev.identity = *stuck.last_writer->identity;
+  }
+  ev.api_group = res.api_group;
+  ev.resource = res.resource;
+  if (stuck.one_namespace) ev.namespace_ = stuck.namespace_;
+  ev.fix = kStuckFinalizersFix;
+  ev.fired_ns = now_ns;
+  ev.details = {
+      {"stuck_objects", stuck.count},
+      {"terminating_objects", stuck.terminating},
+      {"oldest_stuck_s", oldest_s},
+      {"examples", examples},
+      {"silent_controller", silent ? silent->identity->user : std::string()},
+      {"silent_controller_last_write_s_ago",
+       silent ? Seconds(now_ns - silent->last_write_ns) : int64_t{-1}},
+      {"silent_controller_writes", silent_writes},
+      {"last_writer", last_writer},
+      {"deletes_per_second",
+       Round2(res.deletes.Sum(Seconds(now_ns) - 1, kDeleteRateWindowS) / kDeleteRateWindowS)}};
+  const std::string what = res.resource + (res.api_group.empty() ? "" : "." + res.api_group);
+  ev.summary = std::to_string(stuck.count) + " " + what + " object" +
+               (stuck.count == 1 ? "" : "s") + " stuck terminating (oldest " +
+               std::to_string(oldest_s) + " s)";
+  if (silent) {
+    ev.summary += "; controller " + silent->identity->user + " silent for " +
+                  std::to_string(Seconds(now_ns - silent->last_write_ns)) +
+                  " s while deletes arrive";
+  } else if (!last_writer.empty()) {
+    ev.summary += "; last written by " + last_writer;
+  }
+  return ev;
+}
+
+std::vector<StormTransition> StuckFinalizersDetector::Evaluate(int64_t now_ns) {
+  std::vector<StormTransition> out = std::move(pending_);
+  pending_.clear();
+  const int64_t cutoff = now_ns - config_.stuck_after_s * kNsPerSecond;
+  auto older = [](const Terminating* a, const Terminating* b) {
+    if (a->since_ns != b->since_ns) return a->since_ns < b->since_ns;
+    if (a->namespace_ != b->namespace_) return a->namespace_ < b->namespace_;
+    return a->name < b->name;
+  };
+
+  std::unordered_map<std::string, Stuck> stuck;
+  for (auto it = terminating_.begin(); it != terminating_.end();) {
+    const Terminating& t = it->second;
+    if (resources_.Find(t.resource_key) == nullptr) {
+      it = terminating_.Erase(it);  // its resource was evicted: nothing would report it
+      ++orphans_dropped_;
+      continue;
+    }
+    Stuck& s = stuck[t.resource_key];
+    ++s.terminating;
+    if (t.since_ns <= cutoff) {
+      if (s.count++ == 0) s.namespace_ = t.namespace_;
+      s.one_namespace = s.one_namespace && s.namespace_ == t.namespace_;
+      s.oldest.insert(std::upper_bound(s.oldest.begin(), s.oldest.end(), &t, older), &t);
+      if (s.oldest.size() > kExamples) s.oldest.pop_back();
+      const LastWrite* w = last_writes_.Find(it->first);
+      if (w && w->identity && (!s.last_writer || w->at_ns > s.last_writer->at_ns)) {
+        s.last_writer = w;
+      }
+    }
+    ++it;
+  }
+
+  for (auto& [key, res] : resources_) {
+    auto it = stuck.find(key);
+    const Stuck* s = it != stuck.end() && it->second.count > 0 ? &it->second : nullptr;
+    if (!res.firing) {
+      if (!s || s->count < static_cast<size_t>(config_.min_stuck_objects)) continue;
+      res.firing = true;
+      res.calm_since_ns = -1;
+      res.live = BuildEvidence(res, key, *s, now_ns);
+      res.live.since_ns = s->oldest.front()->since_ns;
+      out.push_back({StormState::kFiring, now_ns, res.live});
+      continue;
+    }
+    if (s) {
+      res.calm_since_ns = -1;
+      StormEvidence ev = BuildEvidence(res, key, *s, now_ns);
+      ev.identity = res.live.identity;  // the alert's labels stay those it fired with
+      ev.since_ns = res.live.since_ns;
+      ev.fired_ns = res.live.fired_ns;
+      res.live = std::move(ev);
+      continue;
+    }
+    if (res.calm_since_ns < 0) res.calm_since_ns = now_ns;
+    if (now_ns - res.calm_since_ns >= config_.resolve_s * kNsPerSecond) {
+      res.firing = false;
+      out.push_back({StormState::kResolved, now_ns, res.live});
+    }
+  }
+  return out;
+}
+
+std::vector<StormEvidence> StuckFinalizersDetector::Active() const {
+  std::vector<StormEvidence> active;
+  for (const auto& [key, res] : resources_) {
+    if (res.firing) active.push_back(res.live);
+  }
+  return active;
+}
+
+DetectorStats StuckFinalizersDetector::Stats() const {
+  return {observed_,
+          terminating_.evictions() + last_writes_.evictions() + writers_.evictions() +
+              resources_.evictions() + orphans_dropped_,
+          terminating_.size() + last_writes_.size() + writers_.size() + resources_.size()};
+}
+
+}  // namespace stormwatch

@@ -1,0 +1,99 @@
+// Stuck finalizers detector (STORMS.md §5, storm "stuck_finalizers").
+//
+// Per (group, resource). A 2xx DELETE on a named object whose response shows it still there,
+// marked for deletion and holding finalizers (ResponseFacts: object_seen, deletion_timestamp,
+// finalizers_seen, finalizers non-empty) marks the object terminating since that DELETE. It is
+// cleared by a later 2xx update/patch whose response shows no finalizers left, by any 404 on
+// it, or by a DELETE response that shows it gone. Objects terminating for >= stuck_after_s are
+// stuck; min_stuck_objects stuck objects fire; resolve_s with no stuck object resolve.
+//
+// Who should have removed the finalizers: writers (update/patch) of each resource are tracked;
+// one that wrote steadily (>= steady_writer_writes in writer_lookback_s) and has written
+// nothing for silent_after_s while DELETEs kept arriving is the silent controller, named as
+// the storm's identity; without one, the last identity that wrote any of the stuck objects.
+// The allow list keeps identities from marking objects and from being named, but their writes
+// still clear finalizers (an object's facts are facts whoever wrote them).
+//
+// State is bounded: max_objects terminating objects (oldest dropped first), max_objects
+// objects' last writers, max_writers writers and max_resources resources (least recently
+// seen dropped first; a firing resource dropped is Resolved). Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/analysis/bounded_lru.h"
+#include "agent/analysis/detector_config.h"
+#include "agent/analysis/storm.h"
+
+namespace stormwatch {
+
+inline constexpr char kStuckFinalizersStorm[] = "stuck_finalizers";
+inline constexpr char kStuckFinalizersFix[] =
+    "The controller that owns these finalizers is not removing them (it is starved or "
+    "blocked): put timeouts on its external calls, return RequeueAfter instead of blocking "
+    "inside Reconcile, and set MaxConcurrentReconciles > 1 so one stuck object cannot starve "
+    "the rest.";
+
+class StuckFinalizersDetector final : public StormDetector {
+ public:
+  explicit StuckFinalizersDetector(StuckFinalizersConfig config = {});
+
+  const char* storm() const override { return kStuckFinalizersStorm; }
+  void Observe(const RequestRecord& r, int64_t now_ns) override;
+  std::vector<StormTransition> Evaluate(int64_t now_ns) override;
+  std::vector<StormEvidence> Active() const override;
+  DetectorStats Stats() const override;
+
+ private:
+  struct Terminating {
+    std::string resource_key;
+    std::string namespace_;
+    std::string name;
+    std::vector<std::string> finalizers;
+    int64_t since_ns = 0;
+  };
+  struct LastWrite {
+    std::shared_ptr<const Identity> identity;
+    int64_t at_ns = 0;
+  };
+  struct Writer {
+    explicit Writer(size_t buckets) : writes(buckets) {}
+    std::shared_ptr<const Identity> identity;
+    std::string resource_key;
+    SecondBuckets writes;  // in coarse buckets of writer_bucket_s_ seconds, not 1 s
+    int64_t last_write_ns = 0;
+  };
+  struct Resource {
+    Resource() : deletes(61) {}
+    std::string api_group;
+    std::string resource;
+    SecondBuckets deletes;  // the last minute, for deletes/s
+    int64_t last_delete_ns = INT64_MIN;
+    bool firing = false;
+    int64_t calm_since_ns = -1;  // while firing: since when no object is stuck
+    StormEvidence live;
+  };
+  struct Stuck;  // per-resource aggregate of one Evaluate
+
+  Resource& TouchResource(const RequestRecord& r, const std::string& key, int64_t now_ns);
+  void ObserveWrite(const RequestRecord& r, const std::string& resource_key,
+                    const std::string& object_key, bool allowed, int64_t now_ns);
+  double WritesInLookback(const Writer& w) const;
+  StormEvidence BuildEvidence(const Resource& res, const std::string& resource_key,
+                              const Stuck& stuck, int64_t now_ns) const;
+
+  StuckFinalizersConfig config_;
+  int64_t writer_bucket_s_;  // writer_lookback_s / kWriterBuckets, rounded up
+  BoundedLru<std::string, Terminating> terminating_;  // front = newest mark
+  BoundedLru<std::string, LastWrite> last_writes_;    // by object
+  BoundedLru<std::string, Writer> writers_;           // by (resource, identity)
+  BoundedLru<std::string, Resource> resources_;
+  std::vector<StormTransition> pending_;  // Resolved of firing resources that were evicted
+  uint64_t observed_ = 0;
+  uint64_t orphans_dropped_ = 0;  // terminating objects whose resource was evicted
+};
+
+}  // namespace stormwatch

@@ -1,0 +1,200 @@
+#include "agent/analysis/throttled_client_detector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+namespace stormwatch {
+namespace {
+
+constexpr char kSep = '\x1f';  // cannot occur in names, users or resources
+constexpr size_t kMaxResourcesPerClient = 8;
+constexpr size_t kTopResources = 3;
+
+double Round2(double v) { return std::round(v * 100) / 100; }
+
+// Consecutive seconds ending at `last` (going back, at most `limit`) for which pred holds.
+template <typename Pred>
+int TrailingRun(int64_t last, int limit, Pred pred) {
+  int run = 0;
+  while (run < limit && pred(last - run)) ++run;
+  return run;
+}
+
+}  // namespace
+
+double FlatClientGoLimit(const SecondBuckets& counts, int64_t last, int seconds,
+                         double tolerance) {
+  if (seconds < 1 || seconds > static_cast<int>(counts.seconds())) return 0;
+  for (double limit : kClientGoQpsLimits) {
+    bool flat = true;
+    for (int i = 0; i < seconds && flat; ++i) {
+      flat = std::abs(counts.At(last - i) - limit) <= tolerance * limit;
+    }
+    if (flat) return limit;
+  }
+  return 0;
+}
+
+ThrottledClientDetector::ThrottledClientDetector(ThrottledClientConfig config)
+    : config_(std::move(config)), ring_(0), clients_(config_.max_clients) {
+  if (!(config_.throttled_rate > 0)) config_.throttled_rate = ThrottledClientConfig{}.throttled_rate;
+  config_.sustain_s = std::max(config_.sustain_s, 1);
+  config_.resolve_s = std::max(config_.resolve_s, 1);
+  // +1: the second in progress occupies a slot besides the complete ones looked at.
+  ring_ = static_cast<size_t>(std::max(config_.sustain_s, config_.resolve_s)) + 1;
+}
+
+void ThrottledClientDetector::CountResource(Client& c, const RequestRecord& r,
+                                            int64_t now_ns) const {
+  auto same = [&](const ResourceThrottles& t) {
+    return t.api_group == r.info.api_group && t.resource == r.info.resource;
+  };
+  auto it = std::find_if(c.resources.begin(), c.resources.end(), same);
+  if (it == c.resources.end()) {
+    if (c.resources.size() < kMaxResourcesPerClient) {
+      c.resources.push_back({r.info.api_group, r.info.resource, SecondBuckets(ring_)});
+      it = c.resources.end() - 1;
+    } else {
+      // Full: the resource with the fewest recent 429s makes room.
+      const int64_t last = now_ns / kNsPerSecond;
+      const int window = static_cast<int>(ring_);
+      it = std::min_element(c.resources.begin(), c.resources.end(),
+                            [&](const ResourceThrottles& a, const ResourceThrottles& b) {
+                              return a.throttled.Sum(last, window) < b.throttled.Sum(last, window);
+                            });
+      *it = {r.info.api_group, r.info.resource, SecondBuckets(ring_)};
+    }
+  }
+  it->throttled.Add(now_ns);
+}
+
+void ThrottledClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
+  if (config_.allow.Allows(r.identity.user)) return;
+  ++observed_;
+  std::string key = r.identity.user;
+  key.append(1, kSep).append(r.identity.pod_name);
+  Client& c = clients_.FindOrInsert(
+      key,
+      [&] {
+        Client fresh(ring_);
+        fresh.identity = r.identity;
+        return fresh;
+      },
+      [&](const std::string&, Client& victim) {
+        // A firing storm must still end with exactly one Resolved.
+        if (victim.firing) pending_.push_back({StormState::kResolved, now_ns, victim.live});
+      });
+  c.identity.user_agent = r.identity.user_agent;
+  c.requests.Add(now_ns);
+  if (!r.response.priority_level.empty()) c.priority_level = r.response.priority_level;
+  if (!r.response.flow_schema.empty()) c.flow_schema = r.response.flow_schema;
+  if (r.status != 429) return;
+
+  c.throttled.Add(now_ns);
+  CountResource(c, r, now_ns);
+  const int64_t second = now_ns / kNsPerSecond;
+  if (second - c.last_throttled_s >= static_cast<int64_t>(ring_)) {
+    c.retry_after_min_s = c.retry_after_max_s = -1;  // a new run of 429s
+  }
+  c.last_throttled_s = std::max(c.last_throttled_s, second);
+  if (const int ra = r.response.retry_after_s; ra >= 0) {
+    c.retry_after_min_s = c.retry_after_min_s < 0 ? ra : std::min(c.retry_after_min_s, ra);
+    c.retry_after_max_s = std::max(c.retry_after_max_s, ra);
+  }
+}
+
+StormEvidence ThrottledClientDetector::BuildEvidence(const Client& c, int64_t last,
+                                                     int64_t now_ns) const {
+  const int window = config_.sustain_s;
+  const double throttled = c.throttled.Sum(last, window) / window;
+  const double requests = c.requests.Sum(last, window) / window;
+  const double limit = FlatClientGoLimit(c.requests, last, window, config_.flat_tolerance);
+
+  std::vector<std::pair<double, const ResourceThrottles*>> top;
+  for (const ResourceThrottles& t : c.resources) {
+    if (double n = t.throttled.Sum(last, window); n > 0) top.emplace_back(n, &t);
+  }
+  std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first > b.first;
+    return a.second->resource < b.second->resource;
+  });
+  if (top.size() > kTopResources) top.resize(kTopResources);
+  nlohmann::json top_json = nlohmann::json::array();
+  for (const auto& [n, t] : top) {
+    top_json.push_back({{"group", t->api_group}, {"resource", t->resource},
+                        {"throttled_per_second", Round2(n / window)}});
+  }
+
+  StormEvidence e;
+  e.storm = kThrottledClientStorm;
+  e.identity = c.identity;
+  e.fix = kThrottledClientFix;
+  e.fired_ns = now_ns;
+  e.details = {{"throttled_per_second", Round2(throttled)},
+               {"requests_per_second", Round2(requests)},
+               {"window_s", window},
+               {"retry_after_min_s", c.retry_after_min_s},
+               {"retry_after_max_s", c.retry_after_max_s},
+               {"priority_level", c.priority_level},
+               {"flow_schema", c.flow_schema},
+               {"top_resources", top_json},
+               {"client_side_limit", limit > 0},
+               {"client_side_limit_qps", limit}};
+  char figures[160];
+  std::snprintf(figures, sizeof(figures), "%.1f 429s/s of %.1f requests/s", throttled, requests);
+  e.summary = "client " + (c.identity.user.empty() ? std::string("unknown") : c.identity.user) +
+              " is throttled by the API server (" + figures +
+              (c.priority_level.empty() ? "" : ", priority level " + c.priority_level) + ")";
+  if (limit > 0) {
+    std::snprintf(figures, sizeof(figures), "%.0f", limit);
+    e.summary += " and pinned at its own client-go limit of " + std::string(figures) + " QPS";
+  }
+  return e;
+}
+
+std::vector<StormTransition> ThrottledClientDetector::Evaluate(int64_t now_ns) {
+  std::vector<StormTransition> out = std::move(pending_);
+  pending_.clear();
+  const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
+  const int limit = static_cast<int>(ring_) - 1;
+  for (auto& [key, c] : clients_) {
+    auto throttled_at = [&](int64_t s) { return c.throttled.At(s) >= config_.throttled_rate; };
+    if (!c.firing) {
+      if (!c.throttled.EachAtLeast(last, config_.sustain_s, config_.throttled_rate)) continue;
+      c.firing = true;
+      c.live = BuildEvidence(c, last, now_ns);
+      c.live.since_ns = (last - TrailingRun(last, limit, throttled_at) + 1) * kNsPerSecond;
+      out.push_back({StormState::kFiring, now_ns, c.live});
+      continue;
+    }
+    const int calm =
+        TrailingRun(last, config_.resolve_s, [&](int64_t s) { return !throttled_at(s); });
+    if (calm >= config_.resolve_s) {
+      c.firing = false;
+      out.push_back({StormState::kResolved, now_ns, c.live});
+      continue;
+    }
+    StormEvidence e = BuildEvidence(c, last, now_ns);
+    e.identity = c.live.identity;  // the alert's labels stay those it fired with
+    e.since_ns = c.live.since_ns;
+    e.fired_ns = c.live.fired_ns;
+    c.live = std::move(e);
+  }
+  return out;
+}
+
+std::vector<StormEvidence> ThrottledClientDetector::Active() const {
+  std::vector<StormEvidence> active;
+  for (const auto& [key, c] : clients_) {
+    if (c.firing) active.push_back(c.live);
+  }
+  return active;
+}
+
+DetectorStats ThrottledClientDetector::Stats() const {
+  return {observed_, clients_.evictions(), clients_.size()};
+}
+
+}  // namespace stormwatch

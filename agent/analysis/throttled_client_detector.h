@@ -1,0 +1,82 @@
+// Throttled client detector (STORMS.md §4, storm "throttled_client").
+//
+// Per identity (user + pod): 429 Too Many Requests answers (API Priority and Fairness
+// rejecting the client) >= throttled_rate in each of sustain_s consecutive complete seconds
+// fires; resolve_s consecutive seconds under the rate resolve. The evidence says how hard it
+// is throttled, what it asked for, the Retry-After values and APF level it got, and whether
+// its own request rate sits flat at a client-go QPS limit (its client-side limiter is pinned
+// too: the client is throttled on both sides).
+// State is bounded: at most max_clients identities, least recently seen evicted first.
+// Not thread-safe: one owner calls Observe and Evaluate.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agent/analysis/bounded_lru.h"
+#include "agent/analysis/detector_config.h"
+#include "agent/analysis/storm.h"
+
+namespace stormwatch {
+
+inline constexpr char kThrottledClientStorm[] = "throttled_client";
+inline constexpr char kThrottledClientFix[] =
+    "The API server's priority and fairness is rejecting this client (429 + Retry-After): cut "
+    "its request rate rather than retrying harder: informers (LIST once + WATCH) instead of "
+    "polling, Patch / Server-Side Apply instead of Update-and-retry, "
+    "GenerationChangedPredicate, fewer workers on the same object, and honour Retry-After. If "
+    "the load is legitimate, give it its own FlowSchema and priority level with enough shares "
+    "instead of raising client QPS.";
+
+// The typical client-go QPS limits (rest.Config QPS: 5 by default, 20 and 50 as commonly set).
+inline constexpr double kClientGoQpsLimits[] = {5.0, 20.0, 50.0};
+
+// The client-go QPS limit that every one of the `seconds` seconds ending at `last` sits at,
+// within `tolerance` (a fraction of the limit); 0 when the rate is not flat at one.
+double FlatClientGoLimit(const SecondBuckets& counts, int64_t last, int seconds,
+                         double tolerance);
+
+class ThrottledClientDetector final : public StormDetector {
+ public:
+  explicit ThrottledClientDetector(ThrottledClientConfig config = {});
+
+  const char* storm() const override { return kThrottledClientStorm; }
+  void Observe(const RequestRecord& r, int64_t now_ns) override;
+  std::vector<StormTransition> Evaluate(int64_t now_ns) override;
+  std::vector<StormEvidence> Active() const override;
+  DetectorStats Stats() const override;
+
+ private:
+  struct ResourceThrottles {
+    std::string api_group;
+    std::string resource;
+    SecondBuckets throttled;
+  };
+  struct Client {
+    explicit Client(size_t ring) : requests(ring), throttled(ring) {}
+    Identity identity;
+    SecondBuckets requests;   // every request the client made (429s included)
+    SecondBuckets throttled;  // its 429s
+    std::vector<ResourceThrottles> resources;  // where its 429s landed, a few at most
+    // Retry-After values of the current run of 429s (reset after a quiet ring).
+    int retry_after_min_s = -1;
+    int retry_after_max_s = -1;
+    int64_t last_throttled_s = INT64_MIN / 2;
+    std::string priority_level;
+    std::string flow_schema;
+    bool firing = false;
+    StormEvidence live;  // refreshed by each Evaluate while firing
+  };
+
+  void CountResource(Client& c, const RequestRecord& r, int64_t now_ns) const;
+  StormEvidence BuildEvidence(const Client& c, int64_t last, int64_t now_ns) const;
+
+  ThrottledClientConfig config_;
+  size_t ring_;
+  BoundedLru<std::string, Client> clients_;
+  std::vector<StormTransition> pending_;  // Resolved of firing clients that were evicted
+  uint64_t observed_ = 0;
+};
+
+}  // namespace stormwatch

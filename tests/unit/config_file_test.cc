@@ -1,0 +1,259 @@
+// The YAML configuration file: the example file is exactly the defaults and names every key,
+// values land in the right fields, and every kind of bad input is refused with the file, the
+// key path and the line, on both sides of each bound.
+#include "agent/config/config_file.h"
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <vector>
+
+namespace stormwatch {
+namespace {
+
+const std::string kExample = std::string(STORMWATCH_SOURCE_DIR) + "/docs/stormwatch.example.yaml";
+
+Result<AgentOptions> Apply(const std::string& yaml) {
+  return ApplyConfigYaml(yaml, "cfg.yaml", AgentOptions{});
+}
+
+TEST(ConfigFile, ExampleFileHoldsEveryKeyWithItsDefault) {
+  auto loaded = ApplyConfigFile(kExample, AgentOptions{});
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  EXPECT_EQ(EffectiveConfigYaml(*loaded), EffectiveConfigYaml(AgentOptions{}));
+
+  YAML::Node example = YAML::LoadFile(kExample);
+  for (const std::string& path : ConfigKeys()) {
+    YAML::Node node = example;
+    for (size_t start = 0, dot;; start = dot + 1) {
+      dot = path.find('.', start);
+      node.reset(node[path.substr(start, dot - start)]);
+      if (dot == std::string::npos) break;
+    }
+    EXPECT_TRUE(node.IsDefined()) << path << " is missing from " << kExample;
+  }
+}
+
+TEST(ConfigFile, ExampleFileOverridesEarlierValues) {
+  AgentOptions changed;
+  changed.detectors.list_storm.sustain_s = 99;
+  changed.alertmanager.labels["cluster"] = "x";
+  auto loaded = ApplyConfigFile(kExample, changed);
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  EXPECT_EQ(loaded->detectors.list_storm.sustain_s, 15);
+  EXPECT_TRUE(loaded->alertmanager.labels.empty());
+}
+
+TEST(ConfigFile, ValuesLandInTheirFields) {
+  auto o = Apply(R"(
+targets:
+  names: [kube-apiserver]
+  pids: [12, 34]
+metrics_address: 127.0.0.1:19847
+health_address: ""
+log_level: debug
+capture: {ring_buffer_bytes: 4194304}
+limits: {max_clients: 50}
+detectors:
+  update_loop:
+    object_rate: 2.5
+    resolve_s: 20
+    allow: ["system:serviceaccount:ops:*"]
+  list_storm:
+    enabled: false
+    sustain_s: 20
+    allow: [alice, "system:node:*"]
+  conflict_storm: {conflict_ratio: 1}
+  relist_churn: {watch_rate: 0.25}
+  etcd_range_storm: {bytes_rate: 1e6}
+alertmanager:
+  url: http://127.0.0.1:9093
+  timeout_s: 0.5
+  resend_interval_s: 30
+  labels: {cluster: prod-eu-1}
+apf:
+  static_mapping: {1b2c-uid: workload-low}
+)");
+  ASSERT_TRUE(o.ok()) << o.error();
+  EXPECT_EQ(o->target_names, (std::vector<std::string>{"kube-apiserver"}));
+  EXPECT_EQ(o->pids, (std::vector<pid_t>{12, 34}));
+  EXPECT_EQ(o->metrics_address, "127.0.0.1:19847");
+  EXPECT_EQ(o->health_address, "");
+  EXPECT_EQ(o->log_level, "debug");
+  EXPECT_EQ(o->ring_buffer_bytes, 4194304u);
+  EXPECT_EQ(o->max_clients_per_metric, 50u);
+  EXPECT_EQ(o->detectors.update_loop.object_rate, 2.5);
+  EXPECT_EQ(o->detectors.update_loop.resolve_s, 20);
+  EXPECT_EQ(o->detectors.update_loop_allow.users,
+            (std::vector<std::string>{"system:serviceaccount:ops:*"}));
+  EXPECT_FALSE(o->detectors.list_storm.enabled);
+  EXPECT_EQ(o->detectors.list_storm.sustain_s, 20);
+  EXPECT_EQ(o->detectors.list_storm.allow.users,
+            (std::vector<std::string>{"alice", "system:node:*"}));
+  EXPECT_EQ(o->detectors.conflict_storm.conflict_ratio, 1.0);
+  EXPECT_EQ(o->detectors.relist_churn.watch_rate, 0.25);
+  EXPECT_EQ(o->detectors.etcd_range_storm.bytes_rate, 1e6);
+  EXPECT_EQ(o->alertmanager.url, "http://127.0.0.1:9093");
+  EXPECT_EQ(o->alertmanager.timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(o->alertmanager.resend_interval, std::chrono::seconds(30));
+  EXPECT_EQ(o->alertmanager.labels, (std::map<std::string, std::string>{{"cluster", "prod-eu-1"}}));
+  EXPECT_EQ(o->apf_static_names,
+            (std::map<std::string, std::string>{{"1b2c-uid", "workload-low"}}));
+  // Keys the file leaves out keep their defaults.
+  EXPECT_EQ(o->detectors.list_storm.list_rate, 5.0);
+  EXPECT_EQ(o->detectors.update_loop.object_sustain_s, 10);
+  EXPECT_EQ(o->detectors.exempt_client.allow.users.size(), 5u);
+}
+
+TEST(ConfigFile, EmptySectionsAndEmptyFileChangeNothing) {
+  for (const char* yaml : {"", "detectors:\n", "detectors:\n  list_storm:\n", "# only a comment\n"}) {
+    auto o = Apply(yaml);
+    ASSERT_TRUE(o.ok()) << yaml << ": " << o.error();
+    EXPECT_EQ(EffectiveConfigYaml(*o), EffectiveConfigYaml(AgentOptions{})) << yaml;
+  }
+}
+
+TEST(ConfigFile, EffectiveConfigReadsBackToTheSameOptions) {
+  AgentOptions o;
+  o.pids = {7};
+  o.detectors.throttled_client.flat_tolerance = 0.05;
+  o.detectors.stuck_finalizers.allow.users = {"system:node:*"};
+  o.alertmanager.timeout = std::chrono::milliseconds(1500);
+  o.apf_static_names = {{"uid-1", "exempt"}};
+  std::string yaml = EffectiveConfigYaml(o);
+  auto back = Apply(yaml);
+  ASSERT_TRUE(back.ok()) << back.error() << "\n" << yaml;
+  EXPECT_EQ(EffectiveConfigYaml(*back), yaml);
+  EXPECT_EQ(back->detectors.throttled_client.flat_tolerance, 0.05);
+  EXPECT_EQ(back->alertmanager.timeout, std::chrono::milliseconds(1500));
+}
+
+TEST(ConfigFile, UnknownKeyNamesPathLineAndTheKnownKeys) {
+  auto o = Apply(R"(
+detectors:
+  list_storm:
+    list_rate: 5
+    sustian_s: 20
+)");
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error(),
+            "cfg.yaml: detectors.list_storm.sustian_s: unknown key (line 5); known keys: enabled, "
+            "list_rate, sustain_s, bytes_rate, expensive_weight, resolve_s, max_keys, allow");
+
+  auto top = Apply("metrics:\n  address: 1.2.3.4:5\n");
+  ASSERT_FALSE(top.ok());
+  EXPECT_EQ(top.error().substr(0, top.error().find(';')), "cfg.yaml: metrics: unknown key (line 1)");
+  EXPECT_NE(top.error().find("known keys: targets, metrics_address, health_address"),
+            std::string::npos)
+      << top.error();
+
+  // update_loop has no `enabled` switch: refused, not silently ignored.
+  auto no_switch = Apply("detectors:\n  update_loop:\n    enabled: false\n");
+  ASSERT_FALSE(no_switch.ok());
+  EXPECT_NE(no_switch.error().find("detectors.update_loop.enabled: unknown key (line 3)"),
+            std::string::npos)
+      << no_switch.error();
+}
+
+TEST(ConfigFile, BadValuesAreRefusedWithPathAndLine) {
+  struct Case {
+    std::string yaml;
+    std::string error;  // the whole message
+  } cases[] = {
+      {"detectors:\n  list_storm:\n    sustain_s: abc\n",
+       "cfg.yaml: detectors.list_storm.sustain_s: expected an integer, got 'abc' (line 3)"},
+      {"detectors:\n  list_storm:\n    sustain_s: 1.5\n",
+       "cfg.yaml: detectors.list_storm.sustain_s: expected an integer, got '1.5' (line 3)"},
+      {"detectors:\n  list_storm:\n    list_rate: -1\n",
+       "cfg.yaml: detectors.list_storm.list_rate: must be > 0, got -1 (line 3)"},
+      {"detectors:\n  list_storm:\n    list_rate: [5]\n",
+       "cfg.yaml: detectors.list_storm.list_rate: expected a number, got a list (line 3)"},
+      {"detectors:\n  relist_churn:\n    window_s: 0\n",
+       "cfg.yaml: detectors.relist_churn.window_s: must be between 1 and 3600, got 0 (line 3)"},
+      {"detectors:\n  list_storm:\n    enabled: maybe\n",
+       "cfg.yaml: detectors.list_storm.enabled: expected true or false, got 'maybe' (line 3)"},
+      {"detectors:\n  list_storm:\n    allow: alice\n",
+       "cfg.yaml: detectors.list_storm.allow: expected a list, got 'alice' (line 3)"},
+      {"detectors:\n  list_storm:\n    allow:\n      - alice\n      - \"\"\n",
+       "cfg.yaml: detectors.list_storm.allow: must not be empty (line 5)"},
+      {"detectors: [list_storm]\n",
+       "cfg.yaml: detectors: expected a map with keys update_loop, list_storm, exempt_client, "
+       "conflict_storm, throttled_client, stuck_finalizers, relist_churn, etcd_range_storm, got a "
+       "list (line 1)"},
+      {"targets:\n  pids: [12, -3]\n",
+       "cfg.yaml: targets.pids: must be between 1 and 4194304, got -3 (line 2)"},
+      {"metrics_address: 9847\n",
+       "cfg.yaml: metrics_address: expected host:port (line 1)"},
+      {"health_address: \"localhost:0\"\n",
+       "cfg.yaml: health_address: expected host:port with a port from 1 to 65535 (line 1)"},
+      {"log_level: verbose\n",
+       "cfg.yaml: log_level: expected trace, debug, info, warn, error, critical or off (line 1)"},
+      {"capture:\n  ring_buffer_bytes: 100000\n",
+       "cfg.yaml: capture.ring_buffer_bytes: must be a power of two >= 4096 (line 2)"},
+      {"alertmanager:\n  url: alertmanager:9093\n",
+       "cfg.yaml: alertmanager.url: expected an http:// or https:// URL (line 2)"},
+      {"alertmanager:\n  labels:\n    severity: page\n",
+       "cfg.yaml: alertmanager.labels: the alert sets this label itself (line 3)"},
+      {"alertmanager:\n  labels:\n    team-name: x\n",
+       "cfg.yaml: alertmanager.labels: not a label name (letters, digits and '_', not starting "
+       "with a digit or __) (line 3)"},
+      {"alertmanager:\n  timeout_s: 0\n",
+       "cfg.yaml: alertmanager.timeout_s: must be > 0 and <= 300, got 0 (line 2)"},
+      {"limits:\n  max_clients: 0\n",
+       "cfg.yaml: limits.max_clients: must be between 1 and 10000000, got 0 (line 2)"},
+      {"log_level: info\nlog_level: debug\n", "cfg.yaml: log_level: duplicate key (line 2)"},
+      {"- a\n- b\n", "cfg.yaml: expected a map of keys at the top level (line 1)"},
+  };
+  for (const Case& c : cases) {
+    auto o = Apply(c.yaml);
+    ASSERT_FALSE(o.ok()) << c.yaml;
+    EXPECT_EQ(o.error(), c.error) << c.yaml;
+  }
+}
+
+TEST(ConfigFile, MalformedYamlNamesFileAndLine) {
+  auto o = Apply("detectors:\n  list_storm:\n    sustain_s: [1, 2\n");
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error().rfind("cfg.yaml: malformed YAML: ", 0), 0u) << o.error();
+  EXPECT_NE(o.error().find("(line "), std::string::npos) << o.error();
+}
+
+// Both sides of each kind of bound.
+TEST(ConfigFile, BoundsAreInclusiveWhereDocumented) {
+  struct Case {
+    std::string yaml;
+    bool ok;
+  } cases[] = {
+      {"detectors: {list_storm: {sustain_s: 1}}", true},
+      {"detectors: {list_storm: {sustain_s: 0}}", false},
+      {"detectors: {list_storm: {sustain_s: 3600}}", true},
+      {"detectors: {list_storm: {sustain_s: 3601}}", false},
+      {"detectors: {list_storm: {list_rate: 0.001}}", true},
+      {"detectors: {list_storm: {list_rate: 0}}", false},
+      {"detectors: {list_storm: {list_rate: .nan}}", false},
+      {"detectors: {conflict_storm: {conflict_ratio: 1}}", true},
+      {"detectors: {conflict_storm: {conflict_ratio: 1.01}}", false},
+      {"detectors: {conflict_storm: {conflict_ratio: 0}}", false},
+      {"detectors: {throttled_client: {flat_tolerance: 0}}", true},
+      {"detectors: {stuck_finalizers: {stuck_after_s: 86400}}", true},
+      {"detectors: {stuck_finalizers: {stuck_after_s: 86401}}", false},
+      {"capture: {ring_buffer_bytes: 4096}", true},
+      {"capture: {ring_buffer_bytes: 2048}", false},
+      {"alertmanager: {resend_interval_s: 1}", true},
+      {"alertmanager: {resend_interval_s: 0.5}", false},
+  };
+  for (const Case& c : cases) {
+    auto o = Apply(c.yaml);
+    EXPECT_EQ(o.ok(), c.ok) << c.yaml << (o.ok() ? "" : ": " + o.error());
+  }
+}
+
+TEST(ConfigFile, MissingFileIsNamed) {
+  auto o = ApplyConfigFile("/nonexistent/stormwatch.yaml", AgentOptions{});
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error(), "/nonexistent/stormwatch.yaml: cannot read: No such file or directory");
+}
+
+}  // namespace
+}  // namespace stormwatch

@@ -1,0 +1,212 @@
+// Object facts from a cut-off response body: only what the prefix proves is reported.
+#include "agent/kube/object_facts.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace stormwatch {
+namespace {
+
+// A built-in type as kube-apiserver writes it: ObjectMeta in Go struct order.
+const std::string kTypedPod =
+    R"({"kind":"Pod","apiVersion":"v1","metadata":{"name":"web-0","namespace":"team-a",)"
+    R"("uid":"4f1c2d3e-0000-4000-8000-000000000001","resourceVersion":"123456","generation":123,)"
+    R"("creationTimestamp":"2026-11-29T10:00:00Z","deletionTimestamp":"2026-11-29T11:00:00Z",)"
+    R"("deletionGracePeriodSeconds":0,"labels":{"app":"web"},)"
+    R"("annotations":{"note":"a long annotation value that pushes the finalizers further out"},)"
+    R"("finalizers":["example.com/cleanup","foregroundDeletion"],)"
+    R"("managedFields":[{"manager":"kubectl","operation":"Update","apiVersion":"v1",)"
+    R"("time":"2026-11-29T10:00:00Z","fieldsType":"FieldsV1",)"
+    R"("fieldsV1":{"f:metadata":{"f:finalizers":{".":{},"v:\"example.com/cleanup\"":{}}}}}]},)"
+    R"("spec":{"containers":[{"name":"web","image":"nginx"}]},"status":{"phase":"Running"}})";
+
+// A custom resource: an unstructured map, so its keys come out sorted.
+const std::string kSortedDataJob =
+    R"({"apiVersion":"batch.company.com/v1","kind":"DataJob","metadata":{)"
+    R"("annotations":{"company.com/lastSyncTime":"2026-11-29T10:59:59Z"},)"
+    R"("creationTimestamp":"2026-11-29T10:00:00Z","deletionGracePeriodSeconds":0,)"
+    R"("deletionTimestamp":"2026-11-29T11:00:00Z","finalizers":["datajobs.company.com/cleanup"],)"
+    R"("generation":7,"managedFields":[{"manager":"datajob-operator","operation":"Update",)"
+    R"("apiVersion":"batch.company.com/v1","fieldsType":"FieldsV1","fieldsV1":{}}],)"
+    R"("name":"job-1","namespace":"team-a","resourceVersion":"987",)"
+    R"("uid":"4f1c2d3e-0000-4000-8000-000000000002"},"spec":{"schedule":"* * * * *"}})";
+
+// The prefix of `full` up to (not including) the first `marker`, plus `extra` bytes.
+std::string CutAt(const std::string& full, const std::string& marker, size_t extra = 0) {
+  size_t at = full.find(marker);
+  EXPECT_NE(at, std::string::npos) << marker;
+  return full.substr(0, at + extra);
+}
+
+ResponseFacts Parse(const std::string& body) {
+  ResponseFacts f;
+  ParseObjectFacts(body, &f);
+  return f;
+}
+
+const std::vector<std::string> kPodFinalizers = {"example.com/cleanup", "foregroundDeletion"};
+
+TEST(ObjectFactsTest, TypedObjectInFull) {
+  ResponseFacts f = Parse(kTypedPod);
+  EXPECT_TRUE(f.object_seen);
+  EXPECT_EQ(f.generation, 123);
+  EXPECT_TRUE(f.deletion_timestamp);
+  EXPECT_TRUE(f.finalizers_seen);
+  EXPECT_EQ(f.finalizers, kPodFinalizers);
+  EXPECT_EQ(f.resource_version, "123456");
+}
+
+TEST(ObjectFactsTest, SortedCustomResourceInFull) {
+  ResponseFacts f = Parse(kSortedDataJob);
+  EXPECT_TRUE(f.object_seen);
+  EXPECT_EQ(f.generation, 7);
+  EXPECT_TRUE(f.deletion_timestamp);
+  EXPECT_TRUE(f.finalizers_seen);
+  EXPECT_EQ(f.finalizers, std::vector<std::string>{"datajobs.company.com/cleanup"});
+  EXPECT_EQ(f.resource_version, "987");
+}
+
+TEST(ObjectFactsTest, TypedCutInsideManagedFields) {
+  ResponseFacts f = Parse(CutAt(kTypedPod, "\"fieldsType\"", 5));
+  EXPECT_TRUE(f.object_seen);
+  EXPECT_EQ(f.generation, 123);
+  EXPECT_TRUE(f.deletion_timestamp);
+  EXPECT_TRUE(f.finalizers_seen);
+  EXPECT_EQ(f.finalizers, kPodFinalizers);
+  EXPECT_EQ(f.resource_version, "123456");
+}
+
+TEST(ObjectFactsTest, SortedCutInsideManagedFieldsKnowsFinalizersNotResourceVersion) {
+  ResponseFacts f = Parse(CutAt(kSortedDataJob, "\"fieldsType\"", 3));
+  EXPECT_TRUE(f.object_seen);
+  EXPECT_EQ(f.generation, 7);
+  EXPECT_TRUE(f.deletion_timestamp);
+  EXPECT_TRUE(f.finalizers_seen);
+  EXPECT_EQ(f.finalizers, std::vector<std::string>{"datajobs.company.com/cleanup"});
+  EXPECT_EQ(f.resource_version, "");  // sorted after managedFields: never reached
+}
+
+TEST(ObjectFactsTest, TypedCutBeforeFinalizersLeavesThemUnknown) {
+  ResponseFacts f = Parse(CutAt(kTypedPod, "a long annotation", 6));
+  EXPECT_TRUE(f.object_seen);  // annotations come after deletionTimestamp
+  EXPECT_TRUE(f.deletion_timestamp);
+  EXPECT_FALSE(f.finalizers_seen);
+  EXPECT_TRUE(f.finalizers.empty());
+  EXPECT_EQ(f.generation, 123);
+}
+
+TEST(ObjectFactsTest, CutInsideTheFinalizersArrayLeavesThemUnknown) {
+  ResponseFacts f = Parse(CutAt(kTypedPod, "\"foregroundDeletion\"", 4));
+  EXPECT_TRUE(f.object_seen);
+  EXPECT_FALSE(f.finalizers_seen);
+  EXPECT_TRUE(f.finalizers.empty());  // one of two read: not a fact
+}
+
+TEST(ObjectFactsTest, TypedCutBeforeDeletionTimestampClaimsNoObject) {
+  ResponseFacts f = Parse(CutAt(kTypedPod, "\"creationTimestamp\"", 25));
+  EXPECT_FALSE(f.object_seen);
+  EXPECT_FALSE(f.deletion_timestamp);
+  EXPECT_FALSE(f.finalizers_seen);
+  EXPECT_EQ(f.generation, 123);  // complete: a later member started
+  EXPECT_EQ(f.resource_version, "123456");
+}
+
+TEST(ObjectFactsTest, SortedCutInsideAnnotationsClaimsNothing) {
+  ResponseFacts f = Parse(CutAt(kSortedDataJob, "lastSyncTime", 4));
+  EXPECT_FALSE(f.object_seen);
+  EXPECT_FALSE(f.finalizers_seen);
+  EXPECT_EQ(f.generation, -1);
+}
+
+TEST(ObjectFactsTest, NumberAtTheCutIsNotTrusted) {
+  // "generation":123 cut after "12": the lexer would happily report 12.
+  ResponseFacts cut = Parse(CutAt(kTypedPod, "3,\"creationTimestamp\""));
+  EXPECT_EQ(cut.generation, -1);
+  // Complete once the next member's name has been read.
+  ResponseFacts whole = Parse(CutAt(kTypedPod, "\"creationTimestamp\"", 19));
+  EXPECT_EQ(whole.generation, 123);
+  EXPECT_FALSE(whole.object_seen);
+}
+
+TEST(ObjectFactsTest, ObjectWithoutDeletionOrFinalizers) {
+  const std::string body =
+      R"({"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm","namespace":"a",)"
+      R"("uid":"u","resourceVersion":"42","creationTimestamp":"2026-11-29T10:00:00Z"},)"
+      R"("data":{"k":"v"}})";
+  ResponseFacts f = Parse(body);
+  EXPECT_TRUE(f.object_seen);
+  EXPECT_FALSE(f.deletion_timestamp);
+  EXPECT_TRUE(f.finalizers_seen);
+  EXPECT_TRUE(f.finalizers.empty());
+  EXPECT_EQ(f.generation, -1);
+  EXPECT_EQ(f.resource_version, "42");
+}
+
+TEST(ObjectFactsTest, NestedMetadataIsNotTheObjects) {
+  const std::string body =
+      R"({"kind":"Deployment","apiVersion":"apps/v1","spec":{"template":{"metadata":)"
+      R"({"name":"x","deletionTimestamp":"t","finalizers":["nested"]}}},)"
+      R"("metadata":{"name":"d","namespace":"a","resourceVersion":"9","generation":2,)"
+      R"("labels":{"finalizers":"no"}}})";
+  ResponseFacts f = Parse(body);
+  EXPECT_TRUE(f.object_seen);
+  EXPECT_FALSE(f.deletion_timestamp);
+  EXPECT_TRUE(f.finalizers.empty());
+  EXPECT_TRUE(f.finalizers_seen);
+  EXPECT_EQ(f.generation, 2);
+  EXPECT_EQ(f.resource_version, "9");
+}
+
+TEST(ObjectFactsTest, StatusObjectsAreNotObjects) {
+  for (const std::string& body : {
+           std::string(R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",)"
+                       R"("message":"pods \"web-0\" not found","reason":"NotFound","code":404})"),
+           std::string(R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success",)"
+                       R"("details":{"name":"web-0","kind":"pods","uid":"u"}})"),
+           std::string(R"({"kind":"Status","apiVersion":"v1","metadata":{"resourceVersion":"5"},)"
+                       R"("status":"Failure","reason":"Conflict","code":409})"),
+       }) {
+    ResponseFacts f = Parse(body);
+    EXPECT_FALSE(f.object_seen) << body;
+    EXPECT_FALSE(f.finalizers_seen) << body;
+    EXPECT_EQ(f.resource_version, "") << body;
+  }
+}
+
+TEST(ObjectFactsTest, ListsAreNotObjects) {
+  ResponseFacts f = Parse(
+      R"({"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[]})");
+  EXPECT_FALSE(f.object_seen);
+  EXPECT_FALSE(f.finalizers_seen);
+}
+
+TEST(ObjectFactsTest, GarbageAndEmptyResetEverythingButApf) {
+  for (const std::string& body :
+       {std::string(""), std::string("not json"), std::string("\x00\xff\xfe", 3),
+        std::string("[1,2,3]"), std::string(R"({"metadata":5})"), std::string("{"),
+        std::string("null"), std::string(R"({"kind":"Pod","metadata":{"name":"x",)")}) {
+    ResponseFacts f;
+    f.priority_level = "exempt";
+    f.retry_after_s = 3;
+    f.object_seen = true;
+    f.generation = 9;
+    f.deletion_timestamp = true;
+    f.finalizers = {"stale"};
+    f.finalizers_seen = true;
+    f.resource_version = "1";
+    ParseObjectFacts(body, &f);
+    EXPECT_FALSE(f.object_seen) << body;
+    EXPECT_EQ(f.generation, -1) << body;
+    EXPECT_FALSE(f.deletion_timestamp) << body;
+    EXPECT_TRUE(f.finalizers.empty()) << body;
+    EXPECT_FALSE(f.finalizers_seen) << body;
+    EXPECT_EQ(f.resource_version, "") << body;
+    EXPECT_EQ(f.priority_level, "exempt");
+    EXPECT_EQ(f.retry_after_s, 3);
+  }
+}
+
+}  // namespace
+}  // namespace stormwatch

@@ -1,0 +1,367 @@
+// The /metrics contract: bounded client series (ClientCap, its Space-Saving sketch), every
+// family's exact text, and promtool's linter on all of it.
+#include "exporters/prometheus_exporter.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/text_serializer.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "exporters/client_cap.h"
+
+namespace stormwatch {
+namespace {
+
+constexpr int64_t kSec = 1'000'000'000;
+constexpr int64_t kIdle = 600 * kSec;
+
+std::string Metrics(const PrometheusExporter& e) {
+  return prometheus::TextSerializer().Serialize(e.registry()->Collect());
+}
+
+bool Has(const std::string& text, const std::string& line) {
+  return text.find(line + "\n") != std::string::npos;
+}
+
+// --- SpaceSaving ---
+
+TEST(SpaceSavingTest, ExactWhileUnderCapacity) {
+  SpaceSaving s(4);
+  for (int i = 0; i < 5; ++i) s.Add("a");
+  s.Add("b", 3);
+  s.Add("c");
+  EXPECT_EQ(s.Guaranteed("a"), 5u);
+  EXPECT_EQ(s.Guaranteed("b"), 3u);
+  EXPECT_EQ(s.Guaranteed("missing"), 0u);
+  auto top = s.Top(2);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0], (std::pair<std::string, uint64_t>{"a", 5}));
+  EXPECT_EQ(top[1], (std::pair<std::string, uint64_t>{"b", 3}));
+}
+
+TEST(SpaceSavingTest, HeavyHitterSurvivesACrowdOfOneOffClients) {
+  // 300 items, every third one from "heavy": 100 > 300 / capacity, so it is never replaced and
+  // its count stays exact; the one-off clients only ever get an over-estimate (error) that
+  // leaves their guaranteed count at 1.
+  SpaceSaving s(4);
+  for (int i = 0; i < 300; ++i) {
+    s.Add(i % 3 == 0 ? "heavy" : "once-" + std::to_string(i));
+  }
+  EXPECT_EQ(s.size(), 4u);
+  EXPECT_EQ(s.Guaranteed("heavy"), 100u);
+  auto top = s.Top(4);
+  ASSERT_FALSE(top.empty());
+  EXPECT_EQ(top[0].first, "heavy");
+  for (size_t i = 1; i < top.size(); ++i) EXPECT_EQ(top[i].second, 1u) << top[i].first;
+}
+
+TEST(SpaceSavingTest, DecayHalvesAndForgetsWhatReachesZero) {
+  SpaceSaving s(4);
+  s.Add("a", 9);
+  s.Add("b", 1);
+  s.Decay();
+  EXPECT_EQ(s.Guaranteed("a"), 4u);
+  EXPECT_EQ(s.Guaranteed("b"), 0u);
+  EXPECT_EQ(s.size(), 1u);
+  s.Erase("a");
+  EXPECT_EQ(s.size(), 0u);
+  EXPECT_TRUE(s.Top(4).empty());
+}
+
+// --- ClientCap ---
+
+void Requests(ClientCap& cap, const std::string& client, int n) {
+  for (int i = 0; i < n; ++i) cap.Admit(client, true);
+}
+
+TEST(ClientCapTest, AdmitsWhileThereIsRoomThenFolds) {
+  ClientCap cap(2, kIdle);
+  EXPECT_TRUE(cap.Admit("a", true));
+  EXPECT_TRUE(cap.Admit("b", true));
+  EXPECT_FALSE(cap.Admit("c", true));
+  EXPECT_TRUE(cap.Admit("a", false));
+  EXPECT_TRUE(cap.Admit(kOtherClient, true));  // never takes a slot
+  EXPECT_EQ(cap.admitted(), 2u);
+  EXPECT_EQ(cap.folded().Guaranteed("c"), 1u);
+}
+
+TEST(ClientCapTest, EndsClientsIdleForIdleSeconds) {
+  ClientCap cap(2, kIdle);
+  Requests(cap, "a", 1);
+  Requests(cap, "b", 1);
+  EXPECT_TRUE(cap.Compact(60 * kSec).empty());  // both last seen at 60 s
+  for (int64_t t = 120; t <= 600; t += 60) {
+    Requests(cap, "b", 1);
+    EXPECT_TRUE(cap.Compact(t * kSec).empty()) << t;  // a idle for 540 s at 600 s
+  }
+  Requests(cap, "b", 1);
+  EXPECT_EQ(cap.Compact(660 * kSec), std::vector<std::string>{"a"});  // idle for 600 s
+  EXPECT_EQ(cap.admitted(), 1u);
+}
+
+TEST(ClientCapTest, FreedSlotGoesToTheHeaviestFoldedClient) {
+  ClientCap cap(2, kIdle);
+  Requests(cap, "a", 1);
+  Requests(cap, "b", 1);
+  // 20 requests a minute never add up to kMinDisplaceRequests (decay halves every minute), so
+  // only a freed slot lets "heavy" in.
+  for (int64_t t = 60; t <= 660; t += 60) {
+    Requests(cap, "b", 1);
+    Requests(cap, "heavy", 20);
+    Requests(cap, "light", 1);
+    EXPECT_EQ(cap.Compact(t * kSec), t == 660 ? std::vector<std::string>{"a"}
+                                               : std::vector<std::string>{}) << t;
+  }
+  // The slot "a" left is kept for "heavy", not given to whoever comes first.
+  EXPECT_EQ(cap.admitted(), 1u);
+  EXPECT_FALSE(cap.Admit("light", true));
+  EXPECT_TRUE(cap.Admit("heavy", true));
+  EXPECT_EQ(cap.admitted(), 2u);
+  EXPECT_FALSE(cap.Admit("light", true));
+}
+
+// A folded client displaces the least active admitted one only with at least kDisplaceFactor
+// times its requests and at least kMinDisplaceRequests: both boundaries, both sides.
+std::vector<std::string> DisplaceScenario(int a, int b, int newcomer) {
+  ClientCap cap(2, kIdle);
+  Requests(cap, "a", a);
+  Requests(cap, "b", b);
+  Requests(cap, "storm", newcomer);
+  return cap.Compact(60 * kSec);
+}
+
+TEST(ClientCapTest, MuchHeavierFoldedClientDisplacesTheLeastActive) {
+  static_assert(ClientCap::kDisplaceFactor == 4 && ClientCap::kMinDisplaceRequests == 60);
+  EXPECT_EQ(DisplaceScenario(20, 30, 80), std::vector<std::string>{"a"});
+  EXPECT_TRUE(DisplaceScenario(20, 30, 79).empty());
+  EXPECT_EQ(DisplaceScenario(1, 1, 60).size(), 1u);
+  EXPECT_TRUE(DisplaceScenario(1, 1, 59).empty());
+
+  ClientCap cap(2, kIdle);
+  Requests(cap, "a", 20);
+  Requests(cap, "b", 30);
+  Requests(cap, "storm", 200);
+  EXPECT_EQ(cap.Compact(60 * kSec), std::vector<std::string>{"a"});
+  EXPECT_TRUE(cap.Admit("storm", true));
+  EXPECT_FALSE(cap.Admit("a", true));
+  EXPECT_TRUE(cap.Admit("b", true));
+}
+
+// --- PrometheusExporter ---
+
+RequestLabels Get(const std::string& client, const std::string& code = "200") {
+  return {client, "GET", "", "v1", "pods", "", "namespace", code};
+}
+
+TEST(PrometheusExporterTest, ClientsBeyondTheLimitAreCountedAsOther) {
+  PrometheusExporter e(ClientSeriesLimits{.max_clients = 2, .idle_s = 600});
+  e.CountRequest(Get("alice"), 100);
+  e.CountRequest(Get("bob"), 100);
+  for (int i = 0; i < 3; ++i) e.CountRequest(Get("carol"), 10);
+  e.CountRequest(Get("dave"), 0);
+  e.CountList("carol", "", "pods", "cluster", "consistent", false);
+  e.CountList("alice", "", "pods", "cluster", "any", true);
+
+  std::string m = Metrics(e);
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="alice",code="200",group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="other",code="200",group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1"} 4)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_response_bytes_total{client="other",code="200",group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1"} 30)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_list_requests_total{client="other",consistency="consistent",group="",paginated="false",resource="pods",scope="cluster"} 1)")) << m;
+  EXPECT_EQ(m.find("carol"), std::string::npos);
+  EXPECT_EQ(m.find("dave"), std::string::npos);
+  EXPECT_TRUE(Has(m, R"(stormwatch_series_folded_total{metric="stormwatch_requests_total"} 4)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_series_folded_total{metric="stormwatch_response_bytes_total"} 3)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_series_folded_total{metric="stormwatch_list_requests_total"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_requests_total"} 3)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_list_requests_total"} 2)")) << m;
+}
+
+TEST(PrometheusExporterTest, CompactEndsIdleClientsAndAHeavyFoldedClientTakesTheSlot) {
+  PrometheusExporter e(ClientSeriesLimits{.max_clients = 1, .idle_s = 600});
+  e.CountRequest(Get("early"), 0);
+  // Too few requests a minute to displace "early": its slot frees only once it is idle.
+  for (int64_t t = 60; t <= 660; t += 60) {
+    for (int i = 0; i < 20; ++i) e.CountRequest(Get("operator"), 0);
+    e.Compact(t * kSec);
+  }
+  std::string m = Metrics(e);
+  EXPECT_EQ(m.find(R"(client="early")"), std::string::npos) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_requests_total"} 1)")) << m;
+
+  e.CountRequest(Get("operator"), 0);
+  e.CountRequest(Get("someone-else"), 0);
+  m = Metrics(e);
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="operator",code="200",group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="other",code="200",group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1"} 221)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_requests_total"} 2)")) << m;
+}
+
+TEST(PrometheusExporterTest, StormGaugesNameEveryClientAndEndAfterResolving) {
+  PrometheusExporter e(ClientSeriesLimits{.max_clients = 1, .idle_s = 600});
+  e.CountRequest(Get("alice"), 0);
+  for (std::string client : {"alice", "bob", "carol"}) {
+    e.SetStormActive({{"storm", "list_storm"}, {"client", client}, {"group", ""},
+                      {"resource", "pods"}}, true);
+  }
+  e.SetStormActive({{"storm", "list_storm"}, {"client", "bob"}, {"group", ""},
+                    {"resource", "pods"}}, false);
+  e.Compact(60 * kSec);  // bob resolved as of 60 s
+  std::string m = Metrics(e);
+  EXPECT_TRUE(Has(m, R"(stormwatch_storm_active{client="bob",group="",resource="pods",storm="list_storm"} 0)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_storm_active{client="carol",group="",resource="pods",storm="list_storm"} 1)")) << m;
+  e.Compact(659 * kSec);
+  EXPECT_TRUE(Has(Metrics(e), R"(stormwatch_storm_active{client="bob",group="",resource="pods",storm="list_storm"} 0)"));
+  e.Compact(660 * kSec);
+  m = Metrics(e);
+  EXPECT_EQ(m.find(R"(client="bob")"), std::string::npos) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_storm_active{client="carol",group="",resource="pods",storm="list_storm"} 1)")) << m;
+}
+
+TEST(PrometheusExporterTest, ApfThrottlingAndWatches) {
+  PrometheusExporter e;
+  e.CountApf("alice", "workload-low", "service-accounts");
+  e.CountApf("alice", "workload-low", "service-accounts");
+  e.CountApf("bob", "", "");
+  e.CountThrottled("alice", "workload-low", 1);
+  e.CountThrottled("alice", "workload-low", 7);
+  e.CountThrottled("bob", "", -1);
+  e.CountWatch("alice", "apps", "deployments", 42.5, false);
+  e.CountWatch("alice", "apps", "deployments", 1800, true);
+
+  std::string m = Metrics(e);
+  EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="alice",flow_schema="service-accounts",priority_level="workload-low"} 2)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="bob",flow_schema="unknown",priority_level="unknown"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_throttled_requests_total{client="alice",priority_level="workload-low"} 2)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_throttled_requests_total{client="bob",priority_level="unknown"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_retry_after_seconds_bucket{priority_level="workload-low",le="1"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_retry_after_seconds_bucket{priority_level="workload-low",le="5"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_retry_after_seconds_bucket{priority_level="workload-low",le="10"} 2)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_retry_after_seconds_sum{priority_level="workload-low"} 8)")) << m;
+  // A 429 without Retry-After counts, but is no observation of it.
+  EXPECT_EQ(m.find(R"(stormwatch_retry_after_seconds_count{priority_level="unknown"})"), std::string::npos) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_watches_total{client="alice",group="apps",resource="deployments",send_initial_events="false"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_watches_total{client="alice",group="apps",resource="deployments",send_initial_events="true"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_watch_duration_seconds_bucket{group="apps",resource="deployments",le="30"} 0)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_watch_duration_seconds_bucket{group="apps",resource="deployments",le="60"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_watch_duration_seconds_bucket{group="apps",resource="deployments",le="1200"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_watch_duration_seconds_bucket{group="apps",resource="deployments",le="1800"} 2)")) << m;
+}
+
+TEST(PrometheusExporterTest, ExemptClientsAreRebuiltAndCapped) {
+  PrometheusExporter e(ClientSeriesLimits{.max_clients = 2, .idle_s = 600});
+  e.SetExemptClient("python-agent", "system_masters", 60);
+  e.SetExemptClient("ci-bot", "priority_level_exempt", 2.5);
+  e.SetExemptClient("third", "system_masters", 1);
+  e.SetExemptClient("fourth", "system_masters", 0.5);
+  std::string m = Metrics(e);
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_per_second{client="python-agent",reason="system_masters"} 60)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_per_second{client="ci-bot",reason="priority_level_exempt"} 2.5)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_per_second{client="other",reason="system_masters"} 1.5)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_exempt_client_requests_per_second"} 3)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_series_folded_total{metric="stormwatch_exempt_client_requests_per_second"} 2)")) << m;
+
+  // Next second's list: only the python agent is left; the others disappear.
+  e.ClearExemptClients();
+  e.SetExemptClient("python-agent", "system_masters", 55);
+  m = Metrics(e);
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_per_second{client="python-agent",reason="system_masters"} 55)")) << m;
+  EXPECT_EQ(m.find(R"(stormwatch_exempt_client_requests_per_second{client="ci-bot")"), std::string::npos) << m;
+  EXPECT_EQ(m.find(R"(stormwatch_exempt_client_requests_per_second{client="other")"), std::string::npos) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_exempt_client_requests_per_second"} 1)")) << m;
+}
+
+TEST(PrometheusExporterTest, CumulativeCountsBecomeCounters) {
+  PrometheusExporter e;
+  e.SetDetectorState("list_storm", 17, 5);
+  e.SetDetectorState("list_storm", 12, 9);
+  e.SetAlertmanagerStats(3, 1, 0);
+  e.SetAlertmanagerStats(7, 1, 2);
+  std::string m = Metrics(e);
+  EXPECT_TRUE(Has(m, R"(stormwatch_detector_tracked_keys{storm="list_storm"} 12)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_detector_evictions_total{storm="list_storm"} 9)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_alertmanager_notifications_total{result="sent"} 7)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_alertmanager_notifications_total{result="failed"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_alertmanager_notifications_total{result="dropped"} 2)")) << m;
+}
+
+// `promtool check metrics` on `text`: its output (problems and lint warnings) and exit status.
+std::pair<std::string, int> PromtoolCheck(const char* promtool, const std::string& text) {
+  std::filesystem::path file = std::filesystem::temp_directory_path() /
+                               ("stormwatch-metrics-" + std::to_string(getpid()) + ".txt");
+  std::ofstream(file) << text;
+  std::string command = std::string(promtool) + " check metrics < " + file.string() + " 2>&1";
+  std::string output;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return {"popen failed", -1};
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  std::filesystem::remove(file);
+  return {output, status};
+}
+
+// Every family populated, then the real `promtool check metrics`: no problem, no warning.
+TEST(PrometheusExporterTest, PromtoolFindsNothingToLint) {
+  const char* promtool = "/usr/bin/promtool";
+  if (access(promtool, X_OK) != 0) {
+    if (std::getenv("CI")) FAIL() << promtool << " is missing (scripts/setup.sh installs it)";
+    GTEST_SKIP() << promtool << " is missing";
+  }
+  PrometheusExporter e(ClientSeriesLimits{.max_clients = 1, .idle_s = 600});
+  e.CountRequest(Get("alice"), 512);
+  e.CountRequest(Get("bob", "409"), 64);
+  e.CountEtcdRequest("/etcdserverpb.KV/Range", "200");
+  e.CountList("alice", "", "pods", "cluster", "consistent", false);
+  e.ObserveDuration("GET", "", "pods", 0.003);
+  e.SetStormActive({{"storm", "update_loop"}, {"client", "alice"}, {"group", ""},
+                    {"resource", "pods"}}, true);
+  e.CountStormStarted("update_loop");
+  e.SetCaptureLoss("ring_buffer_full", 3);
+  e.SetProbeHits("processHeaders", 10);
+  e.SetTargetsAttached(1);
+  e.SetTargetInfo({{"pid", "1"}, {"target", "kube-apiserver"}, {"go_version", "go1.21.7"},
+                   {"xnet_version", "v0.19.0"}, {"stack", "xnet"}, {"status", "attached"}}, true);
+  e.CountAttachFailure("etcd", "unproven_version");
+  e.CountApf("alice", "exempt", "exempt");
+  e.CountThrottled("bob", "workload-low", 1);
+  e.SetExemptClient("alice", "system_masters", 12);
+  e.SetDetectorState("update_loop", 4, 0);
+  e.SetAlertmanagerStats(1, 0, 0);
+  e.CountWatch("alice", "", "pods", 300, true);
+  e.Compact(60 * kSec);
+
+  std::string text = Metrics(e);
+  auto [output, status] = PromtoolCheck(promtool, text);
+  EXPECT_EQ(output, "") << text;
+  EXPECT_EQ(status, 0) << output;
+  // The check is live: a counter without _total is reported.
+  auto [lint, lint_status] =
+      PromtoolCheck(promtool, "# HELP stormwatch_bytes b\n# TYPE stormwatch_bytes counter\n"
+                              "stormwatch_bytes 1\n");
+  EXPECT_NE(lint.find(R"(counter metrics should have "_total" suffix)"), std::string::npos)
+      << lint;
+  EXPECT_NE(lint_status, 0);
+  for (const char* family :
+       {"stormwatch_requests_total", "stormwatch_response_bytes_total",
+        "stormwatch_etcd_requests_total", "stormwatch_list_requests_total",
+        "stormwatch_request_duration_seconds", "stormwatch_storm_active",
+        "stormwatch_storms_total", "stormwatch_capture_lost_total", "stormwatch_probe_hits_total",
+        "stormwatch_targets_attached", "stormwatch_target_info",
+        "stormwatch_target_attach_failures_total", "stormwatch_apf_requests_total",
+        "stormwatch_throttled_requests_total", "stormwatch_retry_after_seconds",
+        "stormwatch_exempt_client_requests_per_second", "stormwatch_detector_tracked_keys",
+        "stormwatch_detector_evictions_total", "stormwatch_alertmanager_notifications_total",
+        "stormwatch_watches_total", "stormwatch_watch_duration_seconds",
+        "stormwatch_client_series", "stormwatch_series_folded_total"}) {
+    EXPECT_NE(text.find(std::string("\n") + family), std::string::npos) << family;
+  }
+}
+
+}  // namespace
+}  // namespace stormwatch

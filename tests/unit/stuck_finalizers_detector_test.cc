@@ -1,0 +1,355 @@
+// Stuck-finalizers detector on an injected clock: the starved-controller incident, both sides
+// of stuck_after_s and min_stuck_objects, every way an object stops terminating, who is named,
+// allow-list and bounds.
+#include "agent/analysis/stuck_finalizers_detector.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/unit/detector_sim.h"
+
+namespace stormwatch {
+namespace {
+
+using sim::Append;
+using sim::DetectorSim;
+using sim::Event;
+using sim::Every;
+using sim::kSec;
+
+Identity Sa(const std::string& ns, const std::string& name, const std::string& pod = "") {
+  Identity id;
+  id.kind = Identity::Kind::kServiceAccount;
+  id.user = "system:serviceaccount:" + ns + ":" + name;
+  id.sa_namespace = ns;
+  id.sa_name = name;
+  id.pod_name = pod;
+  id.user_agent = name + "/v1.0";
+  return id;
+}
+
+const Identity kController = Sa("db-system", "db-operator", "db-operator-7c9-abcde");
+const Identity kAlice = [] {
+  Identity id;
+  id.kind = Identity::Kind::kUser;
+  id.user = "alice@example.com";
+  return id;
+}();
+const std::vector<std::string> kCleanup = {"databases.example.com/cleanup"};
+
+std::string ObjectPath(const std::string& name) {
+  return "/apis/example.com/v1/namespaces/team-a/databases/" + name;
+}
+
+// A DELETE answered with the object still there, marked, and holding `finalizers`.
+RequestRecord Delete(const Identity& who, const std::string& name,
+                     const std::vector<std::string>& finalizers = kCleanup) {
+  RequestRecord r = sim::Request(who, "DELETE", ObjectPath(name), 200);
+  r.response.object_seen = true;
+  r.response.deletion_timestamp = true;
+  r.response.finalizers_seen = true;
+  r.response.finalizers = finalizers;
+  return r;
+}
+
+// A DELETE answered with a Status: the object is gone.
+RequestRecord DeleteGone(const Identity& who, const std::string& name) {
+  return sim::Request(who, "DELETE", ObjectPath(name), 200);
+}
+
+// A PUT whose response shows `finalizers` left (on an object marked for deletion or not).
+RequestRecord Write(const Identity& who, const std::string& name,
+                    const std::vector<std::string>& finalizers, bool marked = true) {
+  RequestRecord r = sim::Request(who, "PUT", ObjectPath(name), 200);
+  r.response.object_seen = true;
+  r.response.deletion_timestamp = marked;
+  r.response.finalizers_seen = true;
+  r.response.finalizers = finalizers;
+  return r;
+}
+
+// The controller reconciling objects c-0..c-9 once a second each, in [start, end).
+std::vector<Event> SteadyController(int64_t start, int64_t end) {
+  std::vector<Event> events;
+  for (int i = 0; i < 10; ++i) {
+    Append(events, Every(Write(kController, "c-" + std::to_string(i), kCleanup, false), kSec,
+                         start + i * 10'000'000, end));
+  }
+  return events;
+}
+
+TEST(StuckFinalizersTest, StarvedControllerIsNamedAndResolvesWhenItRecovers) {
+  StuckFinalizersDetector det;
+  DetectorSim sim(det);
+  // The controller reconciles steadily until 100 s (including d-0..d-2), then blocks.
+  std::vector<Event> events = SteadyController(0, 100 * kSec);
+  for (int i = 0; i < 3; ++i) {
+    events.push_back({(10 + i) * kSec, Write(kController, "d-" + std::to_string(i), kCleanup,
+                                             false)});
+    // Alice deletes them at 120, 130, 140 s: each stays marked, finalizer in place.
+    events.push_back({(120 + 10 * i) * kSec, Delete(kAlice, "d-" + std::to_string(i))});
+  }
+  sim.Run(events, 419 * kSec);
+  EXPECT_TRUE(sim.transitions().empty());  // d-0 terminating for 299 s: not yet
+  sim.Run({}, 460 * kSec);
+
+  auto firing = sim.Of(StormState::kFiring);
+  ASSERT_EQ(firing.size(), 1u);
+  const StormEvidence& e = firing[0].evidence;
+  EXPECT_EQ(firing[0].at_ns, 420 * kSec);
+  EXPECT_EQ(e.storm, "stuck_finalizers");
+  EXPECT_EQ(e.identity.user, "system:serviceaccount:db-system:db-operator");
+  EXPECT_EQ(e.identity.pod_name, "db-operator-7c9-abcde");
+  EXPECT_EQ(e.api_group, "example.com");
+  EXPECT_EQ(e.resource, "databases");
+  EXPECT_EQ(e.namespace_, "team-a");
+  EXPECT_EQ(e.since_ns, 120 * kSec);
+  EXPECT_EQ(e.fired_ns, 420 * kSec);
+  EXPECT_EQ(e.details["stuck_objects"], 1);
+  EXPECT_EQ(e.details["terminating_objects"], 3);
+  EXPECT_EQ(e.details["oldest_stuck_s"], 300);
+  ASSERT_EQ(e.details["examples"].size(), 1u);
+  EXPECT_EQ(e.details["examples"][0]["namespace"], "team-a");
+  EXPECT_EQ(e.details["examples"][0]["name"], "d-0");
+  EXPECT_EQ(e.details["examples"][0]["finalizers"], "databases.example.com/cleanup");
+  EXPECT_EQ(e.details["examples"][0]["terminating_s"], 300);
+  EXPECT_EQ(e.details["silent_controller"], kController.user);
+  EXPECT_EQ(e.details["silent_controller_last_write_s_ago"], 320);  // last write at 99.09 s
+  EXPECT_EQ(e.details["silent_controller_writes"], 1003.0);
+  EXPECT_EQ(e.details["last_writer"], kController.user);
+  EXPECT_NE(e.summary.find("controller system:serviceaccount:db-system:db-operator silent"),
+            std::string::npos)
+      << e.summary;
+  EXPECT_NE(e.fix.find("MaxConcurrentReconciles"), std::string::npos);
+
+  // All three stuck by 440 s: the live evidence follows.
+  auto active = det.Active();
+  ASSERT_EQ(active.size(), 1u);
+  EXPECT_EQ(active[0].details["stuck_objects"], 3);
+  EXPECT_EQ(active[0].details["oldest_stuck_s"], 340);
+  EXPECT_EQ(active[0].details["examples"][2]["name"], "d-2");
+  EXPECT_EQ(active[0].since_ns, 120 * kSec);
+
+  // It recovers at 500 s and removes the finalizers: nothing stuck from 501 s; resolved 60 s
+  // later.
+  std::vector<Event> recovery;
+  for (int i = 0; i < 3; ++i) {
+    recovery.push_back({500 * kSec, Write(kController, "d-" + std::to_string(i), {})});
+  }
+  sim.Run(std::move(recovery), 600 * kSec);
+  auto resolved = sim.Of(StormState::kResolved);
+  ASSERT_EQ(resolved.size(), 1u);
+  EXPECT_EQ(resolved[0].at_ns, 561 * kSec);
+  EXPECT_EQ(sim.ActiveAt(560), 1u);
+  EXPECT_EQ(sim.ActiveAt(561), 0u);
+  EXPECT_EQ(resolved[0].evidence.identity.user, kController.user);
+}
+
+TEST(StuckFinalizersTest, FinalizersRemovedSoonAfterDeleteAreQuiet) {
+  StuckFinalizersDetector det;
+  DetectorSim sim(det);
+  std::vector<Event> events = SteadyController(0, 900 * kSec);
+  for (int i = 0; i < 400; ++i) {
+    const std::string name = "d-" + std::to_string(i);
+    events.push_back({i * 2 * kSec, Delete(kAlice, name)});
+    events.push_back({i * 2 * kSec + 2 * kSec, Write(kController, name, {})});
+  }
+  sim.Run(std::move(events), 1200 * kSec);
+  EXPECT_TRUE(sim.transitions().empty());
+  EXPECT_EQ(det.Stats().tracked, 1u + 410u + 1u);  // resource, last writers, writer
+}
+
+TEST(StuckFinalizersTest, StuckAfterIsInclusiveAndOneSecondLessIsQuiet) {
+  {
+    StuckFinalizersDetector det;
+    DetectorSim sim(det);
+    sim.Run({{100 * kSec, Delete(kAlice, "d-0")},
+             {399 * kSec + kSec / 2, Write(kController, "d-0", {})}},
+            1000 * kSec);
+    EXPECT_TRUE(sim.transitions().empty());
+  }
+  {
+    StuckFinalizersDetector det;
+    DetectorSim sim(det);
+    sim.Run({{100 * kSec, Delete(kAlice, "d-0")}, {400 * kSec, Write(kController, "d-0", {})}},
+            1000 * kSec);
+    auto firing = sim.Of(StormState::kFiring);
+    ASSERT_EQ(firing.size(), 1u);
+    EXPECT_EQ(firing[0].at_ns, 400 * kSec);
+    // Nobody wrote it and nobody wrote the resource: no one to name.
+    EXPECT_EQ(firing[0].evidence.identity.user, "");
+    EXPECT_EQ(firing[0].evidence.details["silent_controller"], "");
+    EXPECT_EQ(firing[0].evidence.details["last_writer"], "");
+    ASSERT_EQ(sim.Of(StormState::kResolved).size(), 1u);
+    EXPECT_EQ(sim.Of(StormState::kResolved)[0].at_ns, 461 * kSec);
+  }
+}
+
+TEST(StuckFinalizersTest, MinStuckObjectsBothSides) {
+  StuckFinalizersConfig config;
+  config.min_stuck_objects = 3;
+  StuckFinalizersDetector two(config);
+  DetectorSim sim2(two);
+  sim2.Run({{0, Delete(kAlice, "d-0")}, {kSec, Delete(kAlice, "d-1")}}, 1000 * kSec);
+  EXPECT_TRUE(sim2.transitions().empty());
+
+  StuckFinalizersDetector three(config);
+  DetectorSim sim3(three);
+  sim3.Run({{0, Delete(kAlice, "d-0")},
+            {kSec, Delete(kAlice, "d-1")},
+            {2 * kSec, Delete(kAlice, "d-2")}},
+           1000 * kSec);
+  auto firing = sim3.Of(StormState::kFiring);
+  ASSERT_EQ(firing.size(), 1u);
+  EXPECT_EQ(firing[0].at_ns, 302 * kSec);
+  EXPECT_EQ(firing[0].evidence.details["stuck_objects"], 3);
+  EXPECT_EQ(firing[0].evidence.since_ns, 0);
+}
+
+TEST(StuckFinalizersTest, EveryWayOutOfTerminating) {
+  StuckFinalizersDetector det;
+  DetectorSim sim(det);
+  std::vector<Event> events;
+  for (int i = 0; i < 8; ++i) events.push_back({0, Delete(kAlice, "d-" + std::to_string(i))});
+  events.push_back({10 * kSec, sim::Request(kAlice, "GET", ObjectPath("d-0"), 404)});
+  events.push_back({10 * kSec, DeleteGone(kAlice, "d-1")});
+  events.push_back({10 * kSec, Write(kController, "d-2", {})});
+  events.push_back({10 * kSec, Write(kController, "d-3", kCleanup, false)});  // recreated
+  // Still holding one of two finalizers: stays stuck, with what is left.
+  events.push_back({10 * kSec, Write(kController, "d-4", {"other.example.com/hold"})});
+  // A repeated DELETE keeps the first one's time.
+  events.push_back({200 * kSec, Delete(kAlice, "d-5")});
+  // Failed writes and responses cut before the finalizers prove nothing.
+  RequestRecord conflict = Write(kController, "d-6", {});
+  conflict.status = 409;
+  events.push_back({10 * kSec, conflict});
+  RequestRecord cut = Write(kController, "d-7", {});
+  cut.response.finalizers_seen = false;
+  events.push_back({10 * kSec, cut});
+  sim.Run(std::move(events), 300 * kSec);
+
+  auto firing = sim.Of(StormState::kFiring);
+  ASSERT_EQ(firing.size(), 1u);
+  EXPECT_EQ(firing[0].at_ns, 300 * kSec);
+  const auto& e = firing[0].evidence;
+  EXPECT_EQ(e.details["stuck_objects"], 4);
+  const auto& examples = e.details["examples"];
+  ASSERT_EQ(examples.size(), 4u);
+  EXPECT_EQ(examples[0]["name"], "d-4");
+  EXPECT_EQ(examples[0]["finalizers"], "other.example.com/hold");
+  EXPECT_EQ(examples[1]["name"], "d-5");
+  EXPECT_EQ(examples[2]["name"], "d-6");
+  EXPECT_EQ(examples[3]["name"], "d-7");
+  // The controller's 5 writes at 10 s (the 409 included) make it steady, silent since, and
+  // a DELETE came after: it is named.
+  EXPECT_EQ(e.details["silent_controller"], kController.user);
+  EXPECT_EQ(e.details["silent_controller_writes"], 5.0);
+  EXPECT_EQ(e.details["last_writer"], kController.user);
+  EXPECT_EQ(e.identity.user, kController.user);
+}
+
+TEST(StuckFinalizersTest, DeletesThatDoNotProveFinalizersMarkNothing) {
+  StuckFinalizersDetector det;
+  DetectorSim sim(det);
+  RequestRecord cut = Delete(kAlice, "d-0");
+  cut.response.finalizers_seen = false;  // response cut before metadata.finalizers
+  cut.response.finalizers.clear();
+  RequestRecord graceful = Delete(kAlice, "d-1", {});  // a grace period, no finalizer
+  RequestRecord failed = Delete(kAlice, "d-2");
+  failed.status = 403;
+  RequestRecord collection =
+      sim::Request(kAlice, "DELETE", "/apis/example.com/v1/namespaces/team-a/databases", 200);
+  sim.Run({{0, cut}, {0, graceful}, {0, failed}, {0, collection}}, 1000 * kSec);
+  EXPECT_TRUE(sim.transitions().empty());
+  EXPECT_EQ(det.Stats().observed, 4u);
+}
+
+TEST(StuckFinalizersTest, SilentControllerNeedsSteadinessSilenceAndLaterDeletes) {
+  auto run = [](std::vector<Event> controller, int64_t delete_at) {
+    StuckFinalizersDetector det;
+    DetectorSim sim(det);
+    controller.push_back({5 * kSec, Write(Sa("ops", "helper"), "d-0", kCleanup, false)});
+    controller.push_back({delete_at, Delete(kAlice, "d-0")});
+    sim.Run(std::move(controller), delete_at + 301 * kSec);
+    auto firing = sim.Of(StormState::kFiring);
+    return firing.empty() ? std::string("no storm") : firing[0].evidence.identity.user;
+  };
+  const std::string helper = "system:serviceaccount:ops:helper";
+  // Steady for 100 s, then silent; the delete comes later: the controller is named.
+  EXPECT_EQ(run(SteadyController(0, 100 * kSec), 120 * kSec), kController.user);
+  // Still writing when the object gets stuck: not silent; the object's last writer is named.
+  EXPECT_EQ(run(SteadyController(0, 500 * kSec), 120 * kSec), helper);
+  // 4 writes in the lookback (< 5): not steady.
+  EXPECT_EQ(run(Every(Write(kController, "c-0", kCleanup, false), 10 * kSec, 0, 40 * kSec),
+                120 * kSec),
+            helper);
+  // 5 writes: steady.
+  EXPECT_EQ(run(Every(Write(kController, "c-0", kCleanup, false), 10 * kSec, 0, 50 * kSec),
+                120 * kSec),
+            kController.user);
+}
+
+TEST(StuckFinalizersTest, AllowListedIdentitiesNeitherMarkNorAreNamedButStillClear) {
+  StuckFinalizersConfig config;
+  config.allow.users = {"system:serviceaccount:kube-system:*"};
+  const Identity ns_controller = Sa("kube-system", "namespace-controller");
+  const Identity gc = Sa("kube-system", "generic-garbage-collector");
+  StuckFinalizersDetector det(config);
+  DetectorSim sim(det);
+  std::vector<Event> events;
+  for (int i = 0; i < 60; ++i) {  // the garbage collector writes steadily, then goes quiet
+    events.push_back({i * kSec, Write(gc, "c-" + std::to_string(i % 5), kCleanup, false)});
+  }
+  events.push_back({100 * kSec, Delete(ns_controller, "d-0")});  // allowed: not marked
+  events.push_back({100 * kSec, Delete(kAlice, "d-1")});
+  events.push_back({100 * kSec, Delete(kAlice, "d-2")});
+  events.push_back({150 * kSec, Write(gc, "d-2", {})});  // allowed, but the facts clear d-2
+  sim.Run(std::move(events), 500 * kSec);
+  auto firing = sim.Of(StormState::kFiring);
+  ASSERT_EQ(firing.size(), 1u);
+  EXPECT_EQ(firing[0].evidence.details["stuck_objects"], 1);
+  EXPECT_EQ(firing[0].evidence.details["examples"][0]["name"], "d-1");
+  EXPECT_EQ(firing[0].evidence.details["silent_controller"], "");
+  EXPECT_EQ(firing[0].evidence.identity.user, "");
+}
+
+TEST(StuckFinalizersTest, StateIsBounded) {
+  StuckFinalizersConfig config;
+  config.max_objects = 100;
+  config.max_writers = 10;
+  StuckFinalizersDetector det(config);
+  for (int i = 0; i < 1000; ++i) {
+    det.Observe(Delete(kAlice, "d-" + std::to_string(i)), i * kSec / 10);
+    det.Observe(Write(Sa("w", std::to_string(i)), "x-" + std::to_string(i), kCleanup, false),
+                i * kSec / 10);
+  }
+  DetectorStats stats = det.Stats();
+  EXPECT_EQ(stats.tracked, 100u + 100u + 10u + 1u);
+  EXPECT_EQ(stats.evictions, 900u + 900u + 990u);
+  EXPECT_EQ(stats.observed, 2000u);
+  // The oldest marks went first: d-900..d-999 are left, stuck 300 s after 99.9 s.
+  auto transitions = det.Evaluate(400 * kSec);
+  ASSERT_EQ(transitions.size(), 1u);
+  EXPECT_EQ(transitions[0].evidence.details["stuck_objects"], 100);
+  EXPECT_EQ(transitions[0].evidence.details["examples"][0]["name"], "d-900");
+}
+
+TEST(StuckFinalizersTest, EvictedFiringResourceResolvesOnce) {
+  StuckFinalizersConfig config;
+  config.max_resources = 1;
+  StuckFinalizersDetector det(config);
+  DetectorSim sim(det);
+  RequestRecord other = sim::Request(kAlice, "DELETE", "/api/v1/namespaces/team-a/pods/p", 200);
+  sim.Run({{0, Delete(kAlice, "d-0")}, {310 * kSec + 5, other}}, 400 * kSec);
+  ASSERT_EQ(sim.Of(StormState::kFiring).size(), 1u);
+  auto resolved = sim.Of(StormState::kResolved);
+  ASSERT_EQ(resolved.size(), 1u);
+  EXPECT_EQ(resolved[0].at_ns, 310 * kSec + 5);
+  EXPECT_EQ(resolved[0].evidence.resource, "databases");
+  EXPECT_EQ(det.Stats().tracked, 1u);  // the orphaned mark was dropped with its resource
+}
+
+}  // namespace
+}  // namespace stormwatch
