@@ -278,6 +278,7 @@ void RequestPipeline::Tick(int64_t now_ns) {
   exporter_->SetCaptureLoss("http1_response_without_request", h1.responses_without_request);
   exporter_->SetCaptureLoss("http1_request_without_response", h1.requests_without_response);
   exporter_->SetCaptureLoss("http1_connection_evicted", h1.connections_evicted);
+  exporter_->SetCaptureLoss("http1_joined_mid_response", h1.joined_mid_response);
   PublishDetectorState(now_ns);
 }
 

@@ -519,13 +519,21 @@ void Http1Connections::OnData(const TlsDataEvent& ev) {
   if (ev.total_len == 0) return;
   bool write = ev.direction == TlsDirection::kWrite;
   if (c.kind == Connection::Kind::kUnknown && write) {
-    // A server writes only after a request; a status line first means the agent joined the
-    // connection in the middle of an exchange.
-    if (!c.request_head.bytes.empty() || !ev.data.starts_with(kStatusLineStart)) {
+    // A server writes only after a request. A status line first means the agent joined the
+    // connection in the middle of an exchange; a request line or the HTTP/2 preface means this
+    // process is the client. Anything else is the rest of a response already under way when
+    // the agent attached (a long watch, a large LIST): skip it and classify the connection by
+    // its next request.
+    if (ev.data.starts_with(kStatusLineStart)) {
+      c.kind = Connection::Kind::kHttp1;
+    } else if (!c.request_head.bytes.empty() || CheckRequestLine(ev.data) == LineVerdict::kRequest ||
+               CheckRequestLine(ev.data) == LineVerdict::kHttp2Preface) {
       Ignore(c, Http1IgnoreReason::kClientSide);
       return;
+    } else {
+      ++stats_.joined_mid_response;
+      return;
     }
-    c.kind = Connection::Kind::kHttp1;
   }
 
   // The call's bytes: the captured prefix, the unseen middle, then what the tail adds.

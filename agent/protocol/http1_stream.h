@@ -60,7 +60,8 @@ struct Http1Stats {
   uint64_t unparseable = 0;                // malformed or oversized heads; the side resyncs
   uint64_t responses_without_request = 0;  // e.g. the agent attached mid-request
   uint64_t requests_without_response = 0;  // at close, expiry, eviction, or a lost response
-  uint64_t connections_evicted = 0;        // LRU evictions at max_connections
+  uint64_t connections_evicted = 0;
+  uint64_t joined_mid_response = 0;        // writes skipped: a response begun before the agent        // LRU evictions at max_connections
 };
 
 struct Http1Limits {

@@ -194,12 +194,11 @@ func serve(args []string) int {
 		log.Print(err)
 		return 1
 	}
-	dsrv := &http.Server{Handler: newDebugMux(counts, map[string]http.HandlerFunc{"/debug/apf": api.serveDebugAPF, "/debug/storage": api.serveDebugStorage}),
-		ReadHeaderTimeout: 10 * time.Second}
+	debugMux := newDebugMux(counts, map[string]http.HandlerFunc{"/debug/apf": api.serveDebugAPF, "/debug/storage": api.serveDebugStorage})
 
 	errc := make(chan error, 2)
 	go func() { errc <- srv.ServeTLS(ln, *certFile, *keyFile) }()
-	go func() { errc <- dsrv.Serve(dln) }()
+	go func() { errc <- serveDebug(dln, debugMux) }()
 	log.Printf("serving on https://%s (h2, http/1.1), debug on http://%s, etcd %s, pid %d",
 		ln.Addr(), dln.Addr(), *etcdEndpoints, os.Getpid())
 
@@ -214,6 +213,6 @@ func serve(args []string) int {
 	shutdownCtx, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel2()
 	_ = srv.Shutdown(shutdownCtx)
-	_ = dsrv.Shutdown(shutdownCtx)
+	_ = dln.Close()
 	return 0
 }

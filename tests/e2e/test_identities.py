@@ -21,8 +21,16 @@ client label of each kind; stormwatch_list_requests_total's consistency and pagi
 every LIST made (from the URLs each client sent); stormwatch_apf_requests_total's priority level
 and flow schema for every request, from the X-Kubernetes-PF-* UIDs the client received, named by
 the server's /debug/apf; stormwatch_throttled_requests_total and the Retry-After histogram for the
-429. Finally no token, token part or private key appears in the agent's stdout, stderr or
-metrics.
+429; no capture loss. Finally no token, token part or private key appears in the agent's
+stdout, stderr or metrics.
+
+The agent names APF UIDs from the server's flowcontrol lists, read with its own token
+(--apiserver-url, --apiserver-token-file for monitoring/stormwatch, --apiserver-ca-file); its
+own requests are part of the exact counts.
+
+The test server's plain-HTTP debug listener (the oracle: /debug/counts, /debug/apf) is in the
+traced process, so the agent counts the test's reads of it too (HTTP/1.1, no credentials): the
+test counts them and expects exactly that many anonymous non-resource GETs.
 
     cd tests/e2e && STORMWATCH_BUILD_DIR=BUILD STORMWATCH_GO_OUT=BUILD/go /usr/bin/python3 -m unittest -v test_identities
 """
@@ -250,9 +258,9 @@ class IdentitiesEndToEnd(unittest.TestCase):
         self.agent.wait_attached(1)
         # The agent names APF UIDs from the lists it reads with its own token: wait for them.
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not any(
-                r["client"] == sa_user(AGENT_SA) and r["resource"] == "flowschemas" and r["code"] == "200"
-                for r in c.server_counts()):
+        while not any(r["client"] == sa_user(AGENT_SA) and r["resource"] == "flowschemas" and r["code"] == "200"
+                      for r in c.server_counts()):
+            self.assertLess(time.monotonic(), deadline, "the agent never listed the flow schemas")
             time.sleep(0.2)
         baseline = self.settled_server_counts()
         time.sleep(1.0)  # the agent has counted the last debug read too: the baseline is exact
@@ -402,9 +410,10 @@ class IdentitiesEndToEnd(unittest.TestCase):
                     want[(who.label,) + shape] += 1
             with self.subTest("stormwatch_list_requests_total", identity=who.key):
                 self.assertEqual({k: v for k, v in lists.items() if k[0] == who.label}, dict(want))
-        python_shapes = {k[4:]: v for k, v in lists.items() if k[0] == python.label and k[2] == "configmaps"}
-        self.assertEqual(python_shapes, {("consistent", "false"): 1, ("any", "false"): 1,
-                                         ("consistent", "true"): 1, ("exact", "true"): 1})
+        with self.subTest("stormwatch_list_requests_total: the Python client's four shapes"):
+            python_shapes = {k[4:]: v for k, v in lists.items() if k[0] == python.label and k[2] == "configmaps"}
+            self.assertEqual(python_shapes, {("consistent", "false"): 1, ("any", "false"): 1,
+                                             ("consistent", "true"): 1, ("exact", "true"): 1})
 
         # APF: the level and schema of every request, from the UIDs its response carried.
         apf = self.server_debug(c.server_apf)
@@ -427,39 +436,43 @@ class IdentitiesEndToEnd(unittest.TestCase):
                 want[(who.label, pl_name[r["pl_uid"]], fs_name[r["fs_uid"]])] += 1
             with self.subTest("stormwatch_apf_requests_total", identity=who.key):
                 self.assertEqual({k: v for k, v in got_apf.items() if k[0] == who.label}, dict(want))
-        self.assertEqual({k[1:]: v for k, v in got_apf.items() if k[0] == bound.label},
-                         {("workload-low", "service-accounts"): 10, ("exempt", "probes"): 1})
-        self.assertEqual({k[1:] for k in got_apf if k[0] == jane.label}, {("global-default", "global-default")})
         print("APF per client: %s" % dict(got_apf), file=sys.stderr)
+        with self.subTest("stormwatch_apf_requests_total: the bound token's two levels, jane's one"):
+            self.assertEqual({k[1:]: v for k, v in got_apf.items() if k[0] == bound.label},
+                             {("workload-low", "service-accounts"): 10, ("exempt", "probes"): 1})
+            self.assertEqual({k[1:] for k in got_apf if k[0] == jane.label}, {("global-default", "global-default")})
 
         # The 429: counted for jane at global-default, Retry-After observed.
         rejected = [r for r in jane.made if r["status"] == 429]
         self.assertEqual([r["retry_after"] for r in rejected], ["1"])
-        throttled = {(l["client"], l["priority_level"]): v for n, l, v in metrics
-                     if n == "stormwatch_throttled_requests_total"}
-        self.assertEqual(throttled, {(jane.label, "global-default"): 1})
-        retry = {(n, l.get("le")): v for n, l, v in metrics
-                 if n.startswith("stormwatch_retry_after_seconds") and l.get("priority_level") == "global-default"}
-        self.assertEqual(retry.get(("stormwatch_retry_after_seconds_count", None)), 1)
-        self.assertEqual(retry.get(("stormwatch_retry_after_seconds_sum", None)), 1)
-        self.assertEqual(retry.get(("stormwatch_retry_after_seconds_bucket", "1")), 1)
+        with self.subTest("stormwatch_throttled_requests_total, stormwatch_retry_after_seconds"):
+            throttled = {(l["client"], l["priority_level"]): v for n, l, v in metrics
+                         if n == "stormwatch_throttled_requests_total"}
+            self.assertEqual(throttled, {(jane.label, "global-default"): 1})
+            retry = {(n, l.get("le")): v for n, l, v in metrics
+                     if n.startswith("stormwatch_retry_after_seconds") and l.get("priority_level") == "global-default"}
+            self.assertEqual(retry.get(("stormwatch_retry_after_seconds_count", None)), 1)
+            self.assertEqual(retry.get(("stormwatch_retry_after_seconds_sum", None)), 1)
+            self.assertEqual(retry.get(("stormwatch_retry_after_seconds_bucket", "1")), 1)
 
-        lost = {l["cause"]: v for n, l, v in metrics if n == "stormwatch_capture_lost_total" and v}
-        self.assertEqual(lost, {}, "capture losses reported")
+        with self.subTest("stormwatch_capture_lost_total"):
+            lost = {l["cause"]: v for n, l, v in metrics if n == "stormwatch_capture_lost_total" and v}
+            self.assertEqual(lost, {}, "capture losses reported (%d plain-HTTP debug reads, %d requests without "
+                             "credentials over TLS)" % (self.debug_reads, len(anonymous.made)))
 
         # No credential in anything the agent wrote.
         metrics_text = "\n".join("%s %s %s" % m for m in metrics)
         self.agent.stop()
         leaks = {}
-        tokens = [who.token for who in self.phases if who.token] + [token_of(agent_token_file)]
-        for token in tokens:
-            leaks[token] = token
+        tokens = [(who.key, who.token) for who in self.phases if who.token]
+        for name, token in tokens + [("the agent's own token", token_of(agent_token_file))]:
+            leaks[name] = token  # named, never shown: a failure message must not print it either
             parts = token.split(".")
             if len(parts) == 3:
-                leaks[token[:16] + "... payload"] = parts[1]
-                leaks[token[:16] + "... signature"] = parts[2]
+                leaks[name + " (payload)"] = parts[1]
+                leaks[name + " (signature)"] = parts[2]
             elif len(parts) == 2:
-                leaks[parts[0] + ".<secret>"] = parts[1]
+                leaks[name + " (secret part)"] = parts[1]
         for path in glob.glob(os.path.join(c.tmp, "pki", "*.key")):
             with open(path) as f:
                 body = [l.strip() for l in f if l.strip() and not l.startswith("-----")]
@@ -470,7 +483,7 @@ class IdentitiesEndToEnd(unittest.TestCase):
         self.assertIn(sa_user(BOUND_SA), written["metrics"])  # the scan reads real output
         for where, text in written.items():
             for what, secret in leaks.items():
-                self.assertNotIn(secret, text, "%s leaked into the agent's %s" % (what, where))
+                self.assertFalse(secret in text, "%s leaked into the agent's %s" % (what, where))
         print("exact match over %d series, %d requests, %d identities; scanned %d bytes for %d secrets"
               % (len(expected), sum(expected.values()), len(self.phases),
                  sum(len(t) for t in written.values()), len(leaks)), file=sys.stderr)

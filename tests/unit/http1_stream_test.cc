@@ -500,6 +500,20 @@ TEST(Http1Stream, ClientSideConnectionsAreIgnored) {
   EXPECT_EQ(h.stats().responses_without_request, 0u);
 }
 
+TEST(Http1Stream, JoinedMidResponseBodySkipsItThenCaptures) {
+  // The agent attached while a large chunked LIST was being written: its first event on the
+  // connection is the middle of a body. That is a server connection, not a client's.
+  Harness h;
+  h.Write("00001000\r\n{\"kind\":\"Pod\"}", 1);
+  h.Write("\r\n0\r\n\r\n", 2);
+  h.Read(Request("GET", "/api/v1/nodes"), 3);
+  h.Write(Response(200, "{}"), 4);
+  ASSERT_EQ(h.exchanges.size(), 1u);
+  EXPECT_EQ(h.exchanges[0].path, "/api/v1/nodes");
+  EXPECT_EQ(h.stats().joined_mid_response, 2u);
+  EXPECT_EQ(h.ignored(Http1IgnoreReason::kClientSide), 0u);
+}
+
 TEST(Http1Stream, JoinedMidExchangeCountsTheOrphanResponseThenCaptures) {
   Harness h;
   h.Write(Response(200, "{\"items\":[]}"), 1);  // the agent attached during this request
