@@ -76,19 +76,22 @@ std::optional<CertSubject> ClientCertReader::Read(pid_t pid, uint64_t server_con
     ++read_errors_;
     return std::nullopt;
   }
-  // A TLS server never renegotiates: a connection's certificate (or its absence) is fixed at
-  // the handshake, so one read of the tls.Conn pointer validates the cached answer.
-  Key key{pid, server_conn};
-  if (auto it = cache_.find(key); it != cache_.end() && it->second.first.tls_conn == iface[1]) {
-    order_.splice(order_.end(), order_, it->second.second);
-    return it->second.first.subject;
-  }
-  Entry entry{iface[1], std::nullopt};
   GoSlice peers{};
   if (!ReadRemote(pid, iface[1] + layout.tls_peer_certificates, &peers, sizeof(peers))) {
     ++read_errors_;
     return std::nullopt;
   }
+  // A TLS server never renegotiates: a connection's certificates are fixed at the handshake.
+  // Go reuses freed memory, so a new connection may sit where a closed one was: the cached
+  // answer holds only while the tls.Conn and its peerCertificates array are the same objects.
+  Key key{pid, server_conn};
+  if (auto it = cache_.find(key); it != cache_.end() && it->second.first.tls_conn == iface[1] &&
+                                  it->second.first.peers_ptr == peers.ptr &&
+                                  it->second.first.peers_len == peers.len) {
+    order_.splice(order_.end(), order_, it->second.second);
+    return it->second.first.subject;
+  }
+  Entry entry{iface[1], peers.ptr, peers.len, std::nullopt};
   if (peers.len > 0) {
     uint64_t cert = 0;
     GoSlice raw{};

@@ -50,7 +50,9 @@ class ClientCertReader {
 
  private:
   struct Entry {
-    uint64_t tls_conn = 0;  // *tls.Conn: tells a new connection at a reused address apart
+    uint64_t tls_conn = 0;   // *tls.Conn and its peerCertificates array: tell a new
+    uint64_t peers_ptr = 0;  // connection at a reused address apart
+    uint64_t peers_len = 0;
     std::optional<CertSubject> subject;
   };
   using Key = std::pair<pid_t, uint64_t>;

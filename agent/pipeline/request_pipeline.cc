@@ -86,8 +86,11 @@ RequestPipeline::~RequestPipeline() = default;
 
 Identity RequestPipeline::Resolve(uint32_t pid, uint64_t conn, std::string_view authorization,
                                   std::string_view user_agent) {
-  // kube-apiserver's authenticators run x509 first: a verified client certificate wins.
-  if (connection_identity_) {
+  // kube-apiserver's authenticators run x509 first, so a client certificate wins over a token.
+  // The agent reads the certificate from the target's memory after the request, when a
+  // short-lived connection may already be gone and its memory reused; a request that carries
+  // a token is therefore named by its token (clients rarely send both).
+  if (connection_identity_ && authorization.empty()) {
     if (std::optional<Identity> cert = connection_identity_(pid, conn)) {
       Identity id = IdentityFromHeaders("", user_agent);  // user agent and its component
       id.kind = cert->kind;

@@ -28,10 +28,6 @@ The agent names APF UIDs from the server's flowcontrol lists, read with its own 
 (--apiserver-url, --apiserver-token-file for monitoring/stormwatch, --apiserver-ca-file); its
 own requests are part of the exact counts.
 
-The test server's plain-HTTP debug listener (the oracle: /debug/counts, /debug/apf) is in the
-traced process, so the agent counts the test's reads of it too (HTTP/1.1, no credentials): the
-test counts them and expects exactly that many anonymous non-resource GETs.
-
     cd tests/e2e && STORMWATCH_BUILD_DIR=BUILD STORMWATCH_GO_OUT=BUILD/go /usr/bin/python3 -m unittest -v test_identities
 """
 import base64
@@ -69,8 +65,6 @@ OPAQUE_LABEL = re.compile(r"^token:[0-9a-f]{12}$")
 # queued request is rejected after a quarter of --request-timeout (1 s): one cheap 429.
 APISERVER_ARGS = ["--test-delays", "--max-inflight-per-level", "global-default=1", "--request-timeout", "4s"]
 KUBECTL_REQUEST = re.compile(r"round_trippers\.go:\d+\] (GET|POST|PUT|PATCH|DELETE) (https://\S+) (\d{3}) ")
-# A read of the test server's debug listener, as stormwatch_requests_total keys it.
-DEBUG_READ = (ANONYMOUS, "GET", "", "", "", "", "", "200")
 CONFIGMAP = '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"%s"},"data":{"a":"1"}}'
 
 
@@ -144,7 +138,6 @@ class IdentitiesEndToEnd(unittest.TestCase):
         self.cluster = Cluster(apiserver_args=APISERVER_ARGS).start()
         self.addCleanup(self.cluster.stop)
         self.curl_seq = itertools.count()
-        self.debug_reads = 0
         os.makedirs(os.path.join(self.cluster.tmp, "curl"))
         self.agent = None
 
@@ -219,20 +212,13 @@ class IdentitiesEndToEnd(unittest.TestCase):
 
     # ---- the oracle ----
 
-    def server_debug(self, read):
-        """One read of the server's plain-HTTP debug listener (/debug/counts, /debug/apf). It
-        is in the traced process and speaks HTTP/1.1, so the agent sees these requests too:
-        GETs of non-resource paths without credentials, which the server does not count."""
-        self.debug_reads += 1
-        return read()
-
     def settled_server_counts(self):
         """The server's counts once they stop moving (a request is counted just after its
         response is written, so a client can finish a hair before the count)."""
-        last = count_map(self.server_debug(self.cluster.server_counts))
+        last = count_map(self.cluster.server_counts())
         while True:
             time.sleep(0.15)
-            now = count_map(self.server_debug(self.cluster.server_counts))
+            now = count_map(self.cluster.server_counts())
             if now == last:
                 return now
             last = now
@@ -263,9 +249,8 @@ class IdentitiesEndToEnd(unittest.TestCase):
             self.assertLess(time.monotonic(), deadline, "the agent never listed the flow schemas")
             time.sleep(0.2)
         baseline = self.settled_server_counts()
-        time.sleep(1.0)  # the agent has counted the last debug read too: the baseline is exact
+        time.sleep(1.0)  # the agent has counted everything before the baseline too
         self.agent_before = self.agent.request_counts()
-        self.debug_reads = 0
         self.phases = []
 
         def token_of(path):
@@ -330,7 +315,7 @@ class IdentitiesEndToEnd(unittest.TestCase):
             slow = threading.Thread(target=self.curl, args=(jane, "GET", cms + "/cm-a"), kwargs={"delay": "3s"})
             slow.start()
             deadline = time.monotonic() + 5
-            while self.server_debug(c.server_apf)["priorityLevels"]["global-default"]["executing"] < 1:
+            while c.server_apf()["priorityLevels"]["global-default"]["executing"] < 1:
                 self.assertLess(time.monotonic(), deadline, "the slow request never took its seat")
                 time.sleep(0.05)
             self.assertEqual(self.curl(jane, "GET", cms + "?resourceVersion=0"), 429)
@@ -376,7 +361,6 @@ class IdentitiesEndToEnd(unittest.TestCase):
         self.assertEqual({k[1] for k in between} - {sa_user(AGENT_SA)}, set(), between)
         for key, n in between.items():
             expected[key[1:]] += n
-        expected[DEBUG_READ] += self.debug_reads
         expected = dict(expected)
 
         deadline = time.monotonic() + 10
@@ -386,14 +370,11 @@ class IdentitiesEndToEnd(unittest.TestCase):
         metrics = self.agent.metrics()
         for who in self.phases:
             with self.subTest("stormwatch_requests_total", identity=who.key, client=who.label):
-                mine = lambda counts: {k: v for k, v in counts.items()  # noqa: E731
-                                       if k[0] == who.label and k != DEBUG_READ}
+                mine = lambda counts: {k: v for k, v in counts.items() if k[0] == who.label}  # noqa: E731
                 self.assertTrue(mine(expected), "the server counted nothing for %s" % who.key)
                 self.assertEqual(mine(got), mine(expected))
                 # The oracle is complete: every request the client made is in it.
                 self.assertEqual(sum(mine(expected).values()), len(who.made), who.made)
-        with self.subTest("stormwatch_requests_total, the debug listener's HTTP/1.1 reads"):
-            self.assertEqual(got.get(DEBUG_READ), self.debug_reads)
         with self.subTest("stormwatch_requests_total, every series"):
             self.assertEqual(got, expected)
 
@@ -416,7 +397,7 @@ class IdentitiesEndToEnd(unittest.TestCase):
                                              ("consistent", "true"): 1, ("exact", "true"): 1})
 
         # APF: the level and schema of every request, from the UIDs its response carried.
-        apf = self.server_debug(c.server_apf)
+        apf = c.server_apf()
         pl_name = {v["uid"]: name for name, v in apf["priorityLevels"].items()}
         fs_name = {v["uid"]: name for name, v in apf["flowSchemas"].items()}
         self.assertEqual(apf["flowSchemas"]["exempt"]["priorityLevel"], "exempt")
@@ -457,8 +438,7 @@ class IdentitiesEndToEnd(unittest.TestCase):
 
         with self.subTest("stormwatch_capture_lost_total"):
             lost = {l["cause"]: v for n, l, v in metrics if n == "stormwatch_capture_lost_total" and v}
-            self.assertEqual(lost, {}, "capture losses reported (%d plain-HTTP debug reads, %d requests without "
-                             "credentials over TLS)" % (self.debug_reads, len(anonymous.made)))
+            self.assertEqual(lost, {}, "capture losses reported")
 
         # No credential in anything the agent wrote.
         metrics_text = "\n".join("%s %s %s" % m for m in metrics)

@@ -344,10 +344,11 @@ TEST_F(ApfFetcherTest, MissingTokenFileIsAFailedFetch) {
 // Against the real test API server: tests/e2e/test_apf_names.py starts it with etcd, mints the
 // service-account token, collects the UIDs the server returned in response headers, and passes
 // {url, token_file, ca_file, priority_levels: {uid: name}, flow_schemas: {uid: name}} in the file
-// named by STORMWATCH_APF_LIVE. Skipped in a plain unit-test run.
-TEST(ApfFetcherLive, NamesEveryUidTheServerReturns) {
+// named by STORMWATCH_APF_LIVE.
+// DISABLED_: not part of the plain unit run (it needs the live server the e2e test starts).
+TEST(ApfFetcherLive, DISABLED_NamesEveryUidTheServerReturns) {
   const char* spec_path = std::getenv("STORMWATCH_APF_LIVE");
-  if (spec_path == nullptr) GTEST_SKIP() << "run by tests/e2e/test_apf_names.py";
+  ASSERT_NE(spec_path, nullptr) << "run by tests/e2e/test_apf_names.py";
   nlohmann::json spec = nlohmann::json::parse(std::ifstream(spec_path));
   ApfSourceOptions source;
   source.apiserver_url = spec["url"].get<std::string>();
