@@ -179,6 +179,31 @@ TEST_F(PipelineTest, EtcdTrafficIsNotApiserverTraffic) {
   EXPECT_EQ(RoleOfExecutable("kube-apiserver"), TargetRole::kApiServer);
 }
 
+// A certificate read from the target after the request may belong to a newer connection at a
+// reused address, so it names only requests without a token.
+TEST(PipelineIdentity, CertificateNamesTokenlessRequestsOnly) {
+  PrometheusExporter exporter;
+  auto cert_identity = [](uint32_t, uint64_t) -> std::optional<Identity> {
+    Identity id;
+    id.kind = Identity::Kind::kUser;
+    id.user = "kubernetes-admin";
+    id.groups = {"system:masters"};
+    id.system_masters = true;
+    return id;
+  };
+  RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {},
+                           AssemblerLimits{}, cert_identity);
+  std::string token = ServiceAccountToken("ci", "deployer", "deployer-1");
+  pipeline.OnEvent(RequestEvent(7, 1, 10, {{":method", "GET"}, {":path", "/api/v1/namespaces/a/pods/p"},
+                                           {"authorization", "Bearer " + token}}));
+  pipeline.OnEvent(ResponseEvent(7, 1, 20, 200));
+  pipeline.OnEvent(RequestEvent(7, 3, 30, {{":method", "GET"}, {":path", "/api/v1/namespaces/a/pods/p"}}));
+  pipeline.OnEvent(ResponseEvent(7, 3, 40, 200));
+  std::string m = Metrics(exporter);
+  EXPECT_NE(m.find(R"(stormwatch_requests_total{client="system:serviceaccount:ci:deployer",code="200",group="",resource="pods",scope="resource",subresource="",verb="GET",version="v1"} 1)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_requests_total{client="kubernetes-admin",code="200",group="",resource="pods",scope="resource",subresource="",verb="GET",version="v1"} 1)"), std::string::npos) << m;
+}
+
 TEST_F(PipelineTest, UndecodableEventsAreCountedNotFatal) {
   std::vector<uint8_t> junk = {1, 2, 3};
   pipeline_.OnEvent(junk);
