@@ -10,6 +10,7 @@
 
 #include "agent/capture/apf_fetcher.h"
 #include "agent/capture/client_cert_reader.h"
+#include "agent/capture/connection_ends.h"
 #include "agent/capture/gohttp_probes.h"
 #include "agent/capture/target_manager.h"
 #include "agent/pipeline/request_pipeline.h"
@@ -104,9 +105,18 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   }
   // Clients without a token: the certificate on their connection, read from the target.
   ClientCertIdentities cert_identities;
-  auto connection_identity = [&](uint32_t pid, uint64_t conn) {
-    return cert_identities.Lookup(static_cast<pid_t>(pid), conn);
-  };
+  // HTTP/1.1 connections' ends (HTTP/2 requests carry theirs from BPF).
+  Http1ConnectionEnds http1_ends;
+  ConnectionLookups connection_lookups{
+      .identity = [&](uint32_t pid, uint64_t conn) {
+        return cert_identities.Lookup(static_cast<pid_t>(pid), conn);
+      },
+      .http1_ends = [&](uint32_t pid, uint64_t conn) {
+        return http1_ends.Lookup(static_cast<pid_t>(pid), conn);
+      },
+      .http1_closed = [&](uint32_t pid, uint64_t conn) {
+        http1_ends.OnClose(static_cast<pid_t>(pid), conn);
+      }};
   RequestPipeline pipeline(
       exporter.get(), options.detectors,
       [&](const StormTransition& t) {
@@ -117,7 +127,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
         std::fflush(stdout);
         if (alertmanager) alertmanager->OnTransition(t);
       },
-      AssemblerLimits{}, connection_identity, apf_naming);
+      AssemblerLimits{}, connection_lookups, apf_naming);
 
   auto probes = GoHttpProbes::Load(options.ring_buffer_bytes,
                                    [&](std::span<const uint8_t> bytes) { pipeline.OnEvent(bytes); });
@@ -135,6 +145,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
                           } else {
                             pipeline.ForgetProcess(t.process.pid);
                             cert_identities.ForgetProcess(t.process.pid);
+                            http1_ends.ForgetProcess(t.process.pid);
                           }
                         });
   targets.Refresh();
@@ -170,6 +181,8 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
       exporter->SetCaptureLoss(kDropCauseNames[i], drops.by_cause[i]);
     }
     exporter->SetCaptureLoss("client_cert_unreadable", cert_identities.read_errors());
+    exporter->SetCaptureLoss("connection_address_unreadable", http1_ends.read_errors());
+    if (health) health->SetDebugClients(pipeline.ClientsSnapshot(now).dump());
     if (alertmanager) {
       exporter->SetAlertmanagerStats(alertmanager->sent(), alertmanager->failed(),
                                      alertmanager->dropped());

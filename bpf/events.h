@@ -49,6 +49,26 @@ struct sw_go_offsets {
   __u32 rws_bw;            /* responseWriterState.bw (*bufio.Writer: buf []byte at +16, n at +40) */
   __u32 rws_handler_header; /* responseWriterState.handlerHeader (http.Header: *runtime.hmap) */
   __u32 capture_write_bodies; /* set per target by the agent: kube-apiserver yes, etcd no */
+  __u32 sc_conn;           /* serverConn.conn: the connection's net.Conn (itab, data) */
+};
+
+/* Go's net package, the same in every Go release of the offset table (checked against each
+ * toolchain's DWARF by tests/unit/go_offsets_test.cc). A server connection's net.Conn is a
+ * *tls.Conn (whose first field is the net.Conn beneath it) or, without TLS, a *net.TCPConn:
+ *   *net.TCPConn -> conn.fd *netFD -> laddr, raddr (net.Addr) -> *net.TCPAddr{IP []byte; Port} */
+#define SW_TLS_CONN_CONN 0   /* tls.Conn.conn */
+#define SW_TCPCONN_FD 0      /* net.TCPConn{conn{fd *netFD}} */
+#define SW_NETFD_FAMILY 56   /* netFD.family int (AF_INET, AF_INET6); sotype int follows at +64 */
+#define SW_NETFD_LADDR 96    /* netFD.laddr; raddr follows at +112 */
+#define SW_TCPADDR_PORT 24   /* TCPAddr{IP []byte (+0); Port int} */
+
+/* One end of a TCP connection, as Go's net.TCPAddr holds it. ip_len 0: unknown (not TCP, or
+ * unreadable); 4 or 16 (an IPv4 peer of a dual-stack listener is 16 bytes, ::ffff:a.b.c.d). */
+struct sw_sock_addr {
+  __u8 ip_len;
+  __u8 pad;
+  __u16 port;
+  __u8 ip[16];
 };
 
 struct sw_event_header {
@@ -66,6 +86,8 @@ struct sw_h2_request {
   __u16 field_count;     /* fields in the frame */
   __u16 fields_kept;     /* fields copied into data */
   __u32 data_len;
+  struct sw_sock_addr local; /* the server's end of the connection */
+  struct sw_sock_addr peer;  /* the client's end, as the server sees it */
   __u8 data[SW_DATA_SIZE];
 };
 

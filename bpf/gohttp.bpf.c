@@ -121,6 +121,73 @@ static long copy_one_field(__u64 i, void *vctx) {
   return 0;
 }
 
+/* One end of the connection from a *net.TCPAddr (net.Addr's data word). */
+static __always_inline void read_tcp_addr(__u64 tcp_addr, struct sw_sock_addr *out) {
+  struct {
+    __u64 ip_ptr, ip_len, ip_cap;
+    __s64 port;
+  } a;
+  out->ip_len = 0;
+  if (!tcp_addr || bpf_probe_read_user(&a, sizeof(a), (void *)tcp_addr)) return;
+  if (a.port < 0 || a.port > 0xffff) return;
+  if (a.ip_len == 4) {
+    if (bpf_probe_read_user(out->ip, 4, (void *)a.ip_ptr)) return;
+  } else if (a.ip_len == 16) {
+    if (bpf_probe_read_user(out->ip, 16, (void *)a.ip_ptr)) return;
+  } else {
+    return;
+  }
+  out->ip_len = a.ip_len;
+  out->port = a.port;
+}
+
+/* The *netFD under a server connection's net.Conn data word, if it is a TCP socket: under TLS
+ * first (tls.Conn.conn), then as a bare *net.TCPConn. 0 when neither reads as one. */
+static __always_inline __u64 tcp_netfd(__u64 net_conn) {
+  struct {
+    __u64 itab, data;
+  } inner = {};
+  __u64 candidates[2] = {0, net_conn};
+  if (!bpf_probe_read_user(&inner, sizeof(inner), (void *)(net_conn + SW_TLS_CONN_CONN))) {
+    candidates[0] = inner.data;
+  }
+  for (int i = 0; i < 2; i++) {
+    __u64 fd = 0;
+    __s64 family_sotype[2];
+    if (!candidates[i] ||
+        bpf_probe_read_user(&fd, sizeof(fd), (void *)(candidates[i] + SW_TCPCONN_FD)) || !fd ||
+        bpf_probe_read_user(family_sotype, sizeof(family_sotype), (void *)(fd + SW_NETFD_FAMILY))) {
+      continue;
+    }
+    if ((family_sotype[0] == 2 /* AF_INET */ || family_sotype[0] == 10 /* AF_INET6 */) &&
+        family_sotype[1] == 1 /* SOCK_STREAM */) {
+      return fd;
+    }
+  }
+  return 0;
+}
+
+/* Local and peer address of the connection whose net.Conn interface sits at conn_iface. The
+ * addresses are read at every request rather than cached per connection: Go reuses a closed
+ * connection's memory for the next one, and a cache keyed by address would credit the old
+ * peer. Nine small reads, a fraction of the header copy's cost. */
+static __always_inline void read_conn_addrs(__u64 conn_iface, struct sw_sock_addr *local,
+                                            struct sw_sock_addr *peer) {
+  struct {
+    __u64 itab, data;
+  } conn = {};
+  struct {
+    __u64 local_itab, local_data, peer_itab, peer_data;
+  } addrs = {};
+  local->ip_len = 0;
+  peer->ip_len = 0;
+  if (bpf_probe_read_user(&conn, sizeof(conn), (void *)conn_iface) || !conn.data) return;
+  __u64 fd = tcp_netfd(conn.data);
+  if (!fd || bpf_probe_read_user(&addrs, sizeof(addrs), (void *)(fd + SW_NETFD_LADDR))) return;
+  read_tcp_addr(addrs.local_data, local);
+  read_tcp_addr(addrs.peer_data, peer);
+}
+
 SEC("uprobe")
 int BPF_UPROBE(h2_process_headers) {
   count(&hits, 0);
@@ -147,6 +214,7 @@ int BPF_UPROBE(h2_process_headers) {
   event->hdr.conn = sc;
   event->hdr.target = slot;
   event->field_count = fields.len > 0xffff ? 0xffff : fields.len;
+  read_conn_addrs(sc + off->sc_conn, &event->local, &event->peer);
 
   struct copy_fields_ctx c = {.fields = fields.ptr, .off = off, .event = event};
   __u32 n = fields.len > SW_MAX_FIELDS ? SW_MAX_FIELDS : (__u32)fields.len;

@@ -14,11 +14,13 @@ int64_t NowNs() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
-int Reply(mg_connection* conn, int status, const std::string& body) {
+int Reply(mg_connection* conn, int status, const std::string& body,
+          const char* content_type = "text/plain; charset=utf-8") {
   mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n%s",
-            status, status == 200 ? "OK" : "Service Unavailable", body.size(), body.c_str());
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
+            "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+            status, status == 200 ? "OK" : "Service Unavailable", content_type, body.size());
+  mg_write(conn, body.data(), body.size());
   return status;
 }
 
@@ -36,6 +38,7 @@ Result<std::unique_ptr<HealthServer>> HealthServer::Start(const std::string& add
   if (!s->ctx_) return Error{"cannot serve health checks on " + address};
   mg_set_request_handler(s->ctx_, "/healthz", &HealthServer::HandleHealthz, s.get());
   mg_set_request_handler(s->ctx_, "/readyz", &HealthServer::HandleReadyz, s.get());
+  mg_set_request_handler(s->ctx_, "/debug/clients", &HealthServer::HandleDebugClients, s.get());
   return s;
 }
 
@@ -55,6 +58,16 @@ int HealthServer::HandleHealthz(mg_connection* conn, void* self) {
 int HealthServer::HandleReadyz(mg_connection* conn, void* self) {
   auto* s = static_cast<HealthServer*>(self);
   return s->ready_.load() ? Reply(conn, 200, "ready\n") : Reply(conn, 503, "starting\n");
+}
+
+int HealthServer::HandleDebugClients(mg_connection* conn, void* self) {
+  auto* s = static_cast<HealthServer*>(self);
+  std::string body;
+  {
+    std::lock_guard lock(s->debug_clients_mutex_);
+    body = s->debug_clients_;
+  }
+  return Reply(conn, 200, body + "\n", "application/json");
 }
 
 }  // namespace stormwatch

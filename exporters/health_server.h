@@ -1,5 +1,6 @@
 // /healthz and /readyz for Kubernetes probes, on their own port (--health-address): the metrics
-// endpoint cannot answer 503. Liveness means the agent's main loop is still turning; readiness
+// endpoint cannot answer 503. /debug/clients answers "who is calling, from where" as JSON: the
+// busiest clients and the peer IPs they connect from (no labels on metrics could hold that). Liveness means the agent's main loop is still turning; readiness
 // means BPF is loaded and the first target scan is done (with or without targets: a master
 // without an apiserver yet still exports metrics and alerts on "target not attached").
 #pragma once
@@ -7,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "agent/core/result.h"
@@ -26,16 +28,24 @@ class HealthServer {
 
   void Beat(int64_t monotonic_ns) { last_beat_ns_.store(monotonic_ns); }
   void SetReady(bool ready) { ready_.store(ready); }
+  // Replaces the JSON document /debug/clients serves (the main loop publishes it every second).
+  void SetDebugClients(std::string json) {
+    std::lock_guard lock(debug_clients_mutex_);
+    debug_clients_ = std::move(json);
+  }
 
  private:
   HealthServer() = default;
   static int HandleHealthz(mg_connection* conn, void* self);
   static int HandleReadyz(mg_connection* conn, void* self);
+  static int HandleDebugClients(mg_connection* conn, void* self);
 
   mg_context* ctx_ = nullptr;
   int64_t stall_limit_ns_ = 0;
   std::atomic<int64_t> last_beat_ns_{0};
   std::atomic<bool> ready_{false};
+  std::mutex debug_clients_mutex_;
+  std::string debug_clients_ = "[]";
 };
 
 }  // namespace stormwatch

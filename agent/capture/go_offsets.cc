@@ -26,6 +26,8 @@ constexpr sw_go_offsets kLayoutWithoutBody = {
     .rws_req = 8,
     .rws_bw = 24,
     .rws_handler_header = 32,
+    .capture_write_bodies = 0,  // set per target
+    .sc_conn = 16,          // serverConn{srv *Server; hs *http.Server; conn net.Conn; ...}
 };
 
 // net/http's bundled copy up to Go 1.19: responseWriterState{stream, req, body *requestBody,
@@ -45,6 +47,8 @@ constexpr sw_go_offsets kStdLayoutWithBody = {
     .rws_req = 8,
     .rws_bw = 32,
     .rws_handler_header = 40,
+    .capture_write_bodies = 0,
+    .sc_conn = 16,
 };
 
 constexpr const char* kDebianXNet = "v0.7.0";  // golang-golang-x-net-dev 1:0.7.0+dfsg-1

@@ -44,9 +44,9 @@ std::string ClientLabel(const Identity& identity) {
 
 RequestPipeline::RequestPipeline(PrometheusExporter* exporter, const DetectorsConfig& detectors,
                                  TransitionSink on_transition, AssemblerLimits limits,
-                                 ConnectionIdentity connection_identity, ApfNaming apf)
+                                 ConnectionLookups connections, ApfNaming apf)
     : exporter_(exporter),
-      connection_identity_(std::move(connection_identity)),
+      connections_(std::move(connections)),
       assembler_([this](uint32_t pid, uint64_t conn, std::string_view a,
                         std::string_view ua) { return Resolve(pid, conn, a, ua); },
                  limits),
@@ -90,8 +90,8 @@ Identity RequestPipeline::Resolve(uint32_t pid, uint64_t conn, std::string_view 
   // The agent reads the certificate from the target's memory after the request, when a
   // short-lived connection may already be gone and its memory reused; a request that carries
   // a token is therefore named by its token (clients rarely send both).
-  if (connection_identity_ && authorization.empty()) {
-    if (std::optional<Identity> cert = connection_identity_(pid, conn)) {
+  if (connections_.identity && authorization.empty()) {
+    if (std::optional<Identity> cert = connections_.identity(pid, conn)) {
       Identity id = IdentityFromHeaders("", user_agent);  // user agent and its component
       id.kind = cert->kind;
       id.user = std::move(cert->user);
@@ -118,6 +118,7 @@ void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
       } else {
         const auto& close = std::get<TlsCloseEvent>(*tls);
         http1_.OnClose(close.tgid, close.conn);
+        if (connections_.http1_closed) connections_.http1_closed(close.tgid, close.conn);
       }
       return;
     }
@@ -142,6 +143,11 @@ void RequestPipeline::OnHttp1Exchange(const Http1Exchange& x) {
   r.start_ns = x.start_ns;
   r.end_ns = x.end_ns;
   r.protocol = "HTTP/1.1";
+  if (connections_.http1_ends) {
+    ConnectionEnds ends = connections_.http1_ends(x.tgid, x.conn);
+    r.local_address = std::move(ends.local);
+    r.peer_address = std::move(ends.peer);
+  }
   r.method = x.method;
   r.path = x.path;
   r.content_type = x.content_type;
@@ -207,15 +213,15 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   }
   NameApfLevels(r.response);
   MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
-  exporter_->CountRequest(
-      RequestLabels{ClientLabel(r.identity), m.verb, m.group, m.version, m.resource, m.subresource,
-                    m.scope, std::to_string(r.status)},
-      r.response_bytes);
+  const std::string client = ClientLabel(r.identity);
+  peers_.Observe(client, r.peer_address, r.local_address, static_cast<int64_t>(r.end_ns));
+  exporter_->CountRequest(RequestLabels{client, m.verb, m.group, m.version, m.resource,
+                                        m.subresource, m.scope, std::to_string(r.status)},
+                          r.response_bytes);
   if (r.info.verb == "list") {
-    exporter_->CountList(ClientLabel(r.identity), m.group, m.resource, m.scope,
+    exporter_->CountList(client, m.group, m.resource, m.scope,
                          ConsistencyName(r.shape.consistency), r.shape.paginated);
   }
-  const std::string client = ClientLabel(r.identity);
   if (!r.response.priority_level_uid.empty() || !r.response.flow_schema_uid.empty()) {
     exporter_->CountApf(client, r.response.priority_level, r.response.flow_schema);
   }
@@ -258,11 +264,14 @@ void RequestPipeline::Tick(int64_t now_ns) {
   assembler_.Expire(static_cast<uint64_t>(now_ns));
   http1_.Expire(static_cast<uint64_t>(now_ns));
   for (auto& d : detectors_) {
-    for (const StormTransition& t : d->Evaluate(now_ns)) {
-      const StormEvidence& e = t.evidence;
+    for (StormTransition& t : d->Evaluate(now_ns)) {
+      StormEvidence& e = t.evidence;
       bool firing = t.state == StormState::kFiring;
+      const std::string client = ClientLabel(e.identity);
+      // Which machines the client's requests come from: its pods, or the nodes behind them.
+      if (nlohmann::json peers = peers_.TopPeers(client); !peers.empty()) e.details["peers"] = peers;
       exporter_->SetStormActive({{"storm", e.storm},
-                                 {"client", ClientLabel(e.identity)},
+                                 {"client", client},
                                  {"group", e.api_group},
                                  {"resource", e.resource}},
                                 firing);

@@ -15,8 +15,10 @@
 
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/storm.h"
+#include "agent/capture/connection_ends.h"
 #include "agent/kube/apf_names.h"
 #include "agent/core/request_record.h"
+#include "agent/pipeline/client_peers.h"
 #include "agent/protocol/http1_stream.h"
 #include "agent/protocol/request_assembler.h"
 #include "exporters/prometheus_exporter.h"
@@ -55,8 +57,15 @@ struct PipelineStats {
 enum class TargetRole { kApiServer, kEtcd };
 TargetRole RoleOfExecutable(const std::string& name);
 
-// The identity of a connection without a bearer token (its client certificate), if any.
-using ConnectionIdentity = std::function<std::optional<Identity>(uint32_t pid, uint64_t conn)>;
+// What the pipeline reads from a target's memory per connection. agent.cc wires the readers of
+// agent/capture; unit tests inject fakes. Any of them may be empty.
+struct ConnectionLookups {
+  // The identity of a connection without a bearer token (its client certificate), if any.
+  std::function<std::optional<Identity>(uint32_t pid, uint64_t conn)> identity;
+  // An HTTP/1.1 connection's ends (HTTP/2 events carry theirs), and its close.
+  std::function<ConnectionEnds(uint32_t pid, uint64_t http_conn)> http1_ends;
+  std::function<void(uint32_t pid, uint64_t http_conn)> http1_closed;
+};
 
 class ExemptClientDetector;
 class EtcdRangeStormDetector;
@@ -73,7 +82,7 @@ class RequestPipeline {
 
   RequestPipeline(PrometheusExporter* exporter, const DetectorsConfig& detectors,
                   TransitionSink on_transition, AssemblerLimits limits = {},
-                  ConnectionIdentity connection_identity = nullptr, ApfNaming apf = {});
+                  ConnectionLookups connections = {}, ApfNaming apf = {});
   ~RequestPipeline();
 
   // One ring-buffer record.
@@ -91,6 +100,8 @@ class RequestPipeline {
   const RequestAssembler& assembler() const { return assembler_; }
   const Http1Connections& http1() const { return http1_; }
   const std::vector<std::unique_ptr<StormDetector>>& detectors() const { return detectors_; }
+  // The busiest clients with the peer IPs they connect from (/debug/clients).
+  nlohmann::json ClientsSnapshot(int64_t now_ns) const { return peers_.Snapshot(now_ns); }
 
  private:
   void OnRequest(RequestRecord& r);
@@ -103,7 +114,8 @@ class RequestPipeline {
 
   PrometheusExporter* exporter_;
   IdentityCache identities_;
-  ConnectionIdentity connection_identity_;
+  ConnectionLookups connections_;
+  ClientPeers peers_;
   RequestAssembler assembler_;
   Http1Connections http1_;
   ApfNaming apf_;

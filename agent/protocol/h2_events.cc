@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "agent/protocol/tcp_endpoint.h"
 #include "bpf/events.h"
 
 namespace stormwatch {
@@ -13,6 +14,11 @@ T Load(const uint8_t* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
+}
+
+std::string FormatSockAddr(const sw_sock_addr& a) {
+  if (a.ip_len != 4 && a.ip_len != 16) return "";
+  return FormatTcpEndpoint(std::span<const uint8_t>(a.ip, a.ip_len), a.port);
 }
 
 void CopyHeader(const sw_event_header& h, auto& out) {
@@ -33,6 +39,8 @@ Result<CaptureEvent> DecodeRequest(std::span<const uint8_t> bytes) {
   H2RequestEvent ev;
   CopyHeader(fixed.hdr, ev);
   ev.field_count = fixed.field_count;
+  ev.local_address = FormatSockAddr(fixed.local);
+  ev.peer_address = FormatSockAddr(fixed.peer);
   ev.fields.reserve(fixed.fields_kept);
   const uint8_t* p = bytes.data() + kFixed;
   const uint8_t* end = p + fixed.data_len;

@@ -23,6 +23,8 @@ struct H2RequestEvent {
   uint64_t ts_ns = 0;
   uint64_t conn = 0;
   uint32_t stream_id = 0;
+  std::string local_address;  // the connection's ends ("10.0.0.7:6443"); "" when unknown
+  std::string peer_address;
   uint16_t field_count = 0;  // fields the frame had
   std::vector<HeaderField> fields;  // fields kept (may be fewer: see truncated())
   bool truncated() const { return fields.size() < field_count; }

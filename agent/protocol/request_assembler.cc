@@ -13,6 +13,8 @@ void RequestAssembler::OnRequest(const H2RequestEvent& ev) {
   RequestRecord r;
   r.pid = ev.tgid;
   r.conn_id = ev.conn;
+  r.local_address = ev.local_address;
+  r.peer_address = ev.peer_address;
   r.stream_id = ev.stream_id;
   r.start_ns = ev.ts_ns;
   std::string_view authorization, user_agent;

@@ -15,12 +15,14 @@ one log line and in target_info{status="refused"} and attach_failures_total{reas
 
 The proven table these runs prove is agent/capture/go_offsets.cc's.
 """
+import json
 import os
 import shutil
 import struct
 import sys
 import tempfile
 import time
+import urllib.parse
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -178,6 +180,21 @@ class CaptureMatrix(CaptureMatrixBase):
         lost = {l["cause"]: v for n, l, v in agent.metrics()
                 if n == "stormwatch_capture_lost_total" and v}
         self.assertEqual(lost, {}, "capture losses reported")
+        # Every request carried its connection's ends, read in BPF at this Go release and stack.
+        server_port = urllib.parse.urlsplit(c.base_url).port
+        want = {}
+        for key, n in expected.items():
+            want[key[0]] = want.get(key[0], 0) + n
+        want = {client: (n, [("127.0.0.1", n, "127.0.0.1:%d" % server_port)]) for client, n in want.items()}
+        deadline = time.monotonic() + 3
+        while True:
+            clients = json.loads(agent.health("/debug/clients")[1])
+            ends = {e["client"]: (e["requests"], [(p["ip"], p["requests"], p["last_local"]) for p in e["peers"]])
+                    for e in clients if e["client"] in want}
+            if ends == want or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertEqual(ends, want)
         # Two probe hits per request, one each: no double fire, no other stack firing.
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:

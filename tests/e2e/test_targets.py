@@ -5,13 +5,16 @@ handled); etcd serves the apiserver's gRPC through the same Go HTTP/2 server cod
 requests go to stormwatch_etcd_requests_total, never into the apiserver's series. With no
 flags the agent finds both by executable name.
 """
+import json
 import os
+import subprocess
 import sys
 import time
 import unittest
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from agent import Agent, require_bpf_privileges  # noqa: E402
+from agent import Agent, free_port, require_bpf_privileges  # noqa: E402
 from cluster import Cluster  # noqa: E402
 from counts import count_map, delta  # noqa: E402
 
@@ -85,6 +88,49 @@ class TargetsEndToEnd(unittest.TestCase):
                 pass
             time.sleep(0.2)
         self.assertLessEqual(want, seen, agent.stderr())
+
+    def test_connection_ends_per_client(self):
+        """Every request carries its connection's two ends. curl bound to 127.0.0.3 (HTTP/2, three
+        requests on one connection) and to 127.0.0.4 (HTTP/1.1, two), each from a fixed source
+        port and with its own service account: /debug/clients names exactly those peers, and the
+        server's own address, per client. (HTTP/2 ends are read in BPF; HTTP/1.1 ends from the
+        target's memory.)"""
+        c = self.cluster
+        agent = self.start_agent(["--pid", str(c.apiserver_pid)])
+        agent.wait_attached(1)
+        time.sleep(0.5)
+        server_port = urllib.parse.urlsplit(c.base_url).port
+        url = c.base_url + "/api/v1/namespaces/default/configmaps"
+        expected = {}
+        for sa, protocol, source_ip, requests in (("h2-caller", "--http2", "127.0.0.3", 3),
+                                                  ("h1-caller", "--http1.1", "127.0.0.4", 2)):
+            with open(c.mint_token("default", sa)) as f:
+                token = f.read().strip()
+            source_port = free_port()
+            r = subprocess.run(["curl", "-sS", "-w", "%{http_version}\n", protocol,
+                                "--interface", source_ip, "--local-port", str(source_port),
+                                "--cacert", c.ca_file, "-H", "Authorization: Bearer " + token,
+                                *["-o", "/dev/null", url] * requests],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.split(), ["2" if protocol == "--http2" else "1.1"] * requests)
+            expected["system:serviceaccount:default:" + sa] = {
+                "requests": requests,
+                "peers": [{"ip": source_ip, "requests": requests,
+                           "last_peer": "%s:%d" % (source_ip, source_port),
+                           "last_local": "127.0.0.1:%d" % server_port}]}
+        deadline = time.monotonic() + 10
+        seen = {}
+        while time.monotonic() < deadline:
+            status, body = agent.health("/debug/clients")
+            self.assertEqual(status, 200)
+            seen = {e["client"]: {"requests": e["requests"], "peers": e["peers"]}
+                    for e in json.loads(body) if e["client"] in expected}
+            if seen == expected:
+                break
+            time.sleep(0.2)
+        print("\n/debug/clients: %s" % json.dumps(seen), file=sys.stderr)
+        self.assertEqual(seen, expected)
 
 
 if __name__ == "__main__":

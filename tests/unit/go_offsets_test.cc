@@ -412,7 +412,20 @@ TEST_P(MatrixBuild, TableOffsetsEqualTheCompilersDwarf) {
     EXPECT_EQ(dw.Get("noalg.map.bucket[string][]string", "overflow"), 328);
     EXPECT_EQ(dw.Get(n.p + "stream", "sc"), o.stream_sc);
     EXPECT_EQ(dw.Get(n.p + "stream", "id"), o.stream_id);
+    EXPECT_EQ(dw.Get(n.p + "serverConn", "conn"), o.sc_conn);
   }
+  // The connection's ends (bpf/events.h SW_*; agent/capture/connection_ends.cc): the same in
+  // every Go release of the table.
+  EXPECT_EQ(dw.Get("crypto/tls.Conn", "conn"), SW_TLS_CONN_CONN);
+  EXPECT_EQ(dw.Get("net.TCPConn", "conn"), 0);
+  EXPECT_EQ(dw.Get("net.conn", "fd"), SW_TCPCONN_FD);
+  EXPECT_EQ(dw.Get("net.netFD", "family"), SW_NETFD_FAMILY);
+  EXPECT_EQ(dw.Get("net.netFD", "sotype"), SW_NETFD_FAMILY + 8);
+  EXPECT_EQ(dw.Get("net.netFD", "laddr"), SW_NETFD_LADDR);
+  EXPECT_EQ(dw.Get("net.netFD", "raddr"), SW_NETFD_LADDR + 16);
+  EXPECT_EQ(dw.Get("net.TCPAddr", "IP"), 0);
+  EXPECT_EQ(dw.Get("net.TCPAddr", "Port"), SW_TCPADDR_PORT);
+  EXPECT_EQ(dw.Get("net/http.conn", "rwc"), 16);  // connection_ends.cc kHttpConnRwc
 }
 
 INSTANTIATE_TEST_SUITE_P(GoToolchains, MatrixBuild, ::testing::ValuesIn(kMatrix),

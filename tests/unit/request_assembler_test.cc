@@ -6,6 +6,7 @@
 
 #include "agent/protocol/h2_events.h"
 #include "agent/protocol/request_assembler.h"
+#include "agent/protocol/tcp_endpoint.h"
 #include "bpf/events.h"
 
 namespace stormwatch {
@@ -56,6 +57,54 @@ TEST(H2Events, DecodesRequestFields) {
   EXPECT_EQ(req.fields[1].name, ":path");
   EXPECT_EQ(req.fields[1].value, "/api/v1/pods");
   EXPECT_FALSE(req.truncated());
+}
+
+TEST(H2Events, ConnectionAddressesReachTheRecord) {
+  auto bytes = RequestBytes(7, 0xc000100000, 3, 1000, {{":method", "GET"}, {":path", "/api/v1/pods"}});
+  sw_h2_request fixed;
+  std::memcpy(&fixed, bytes.data(), offsetof(sw_h2_request, data));
+  // A dual-stack listener's IPv4 peer (::ffff:10.244.1.7) and an IPv6 local end.
+  const uint8_t peer[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 244, 1, 7};
+  const uint8_t local[16] = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  fixed.peer.ip_len = 16;
+  fixed.peer.port = 51234;
+  std::memcpy(fixed.peer.ip, peer, 16);
+  fixed.local.ip_len = 16;
+  fixed.local.port = 6443;
+  std::memcpy(fixed.local.ip, local, 16);
+  std::memcpy(bytes.data(), &fixed, offsetof(sw_h2_request, data));
+  auto ev = DecodeCaptureEvent(bytes);
+  ASSERT_TRUE(ev.ok()) << ev.error();
+  const auto& req = std::get<H2RequestEvent>(*ev);
+  EXPECT_EQ(req.peer_address, "10.244.1.7:51234");
+  EXPECT_EQ(req.local_address, "[fd00::1]:6443");
+
+  RequestAssembler assembler([](uint32_t, uint64_t, std::string_view, std::string_view) { return Identity{}; });
+  assembler.OnRequest(req);
+  auto record = assembler.OnResponse(std::get<H2ResponseEvent>(
+      *DecodeCaptureEvent(ResponseBytes(7, 0xc000100000, 3, 2000, 200, 10))));
+  ASSERT_TRUE(record);
+  EXPECT_EQ(record->peer_address, "10.244.1.7:51234");
+  EXPECT_EQ(record->local_address, "[fd00::1]:6443");
+
+  // Not a TCP connection (or unreadable): no address rather than a wrong one.
+  fixed.peer.ip_len = 5;
+  fixed.local.ip_len = 0;
+  std::memcpy(bytes.data(), &fixed, offsetof(sw_h2_request, data));
+  const auto& unknown = std::get<H2RequestEvent>(*DecodeCaptureEvent(bytes));
+  EXPECT_EQ(unknown.peer_address, "");
+  EXPECT_EQ(unknown.local_address, "");
+}
+
+TEST(TcpEndpoint, FormatsLikeGoAndStripsTheV4MappedPrefix) {
+  const uint8_t v4[4] = {127, 0, 0, 1};
+  const uint8_t v6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x42};
+  EXPECT_EQ(FormatTcpEndpoint(v4, 443), "127.0.0.1:443");
+  EXPECT_EQ(FormatTcpEndpoint(v6, 6443), "[2001:db8::42]:6443");
+  EXPECT_EQ(FormatTcpEndpoint(std::span<const uint8_t>(v4, 3), 1), "");
+  EXPECT_EQ(EndpointHost("127.0.0.1:443"), "127.0.0.1");
+  EXPECT_EQ(EndpointHost("[2001:db8::42]:6443"), "2001:db8::42");
+  EXPECT_EQ(EndpointHost(""), "");
 }
 
 TEST(H2Events, RejectsMalformedEvents) {

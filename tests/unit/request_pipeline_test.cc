@@ -44,8 +44,18 @@ std::string ServiceAccountToken(const std::string& ns, const std::string& sa, co
   return Base64Url(R"({"alg":"RS256","kid":"k"})") + "." + Base64Url(claims.dump()) + ".c2lnbmF0dXJl";
 }
 
+// An IPv4 end of a connection as the BPF program reports it.
+sw_sock_addr V4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint16_t port) {
+  sw_sock_addr out{};
+  out.ip_len = 4;
+  out.port = port;
+  out.ip[0] = a, out.ip[1] = b, out.ip[2] = c, out.ip[3] = d;
+  return out;
+}
+
 std::vector<uint8_t> RequestEvent(uint64_t conn, uint32_t stream, int64_t ts,
-                                  std::vector<std::pair<std::string, std::string>> fields) {
+                                  std::vector<std::pair<std::string, std::string>> fields,
+                                  sw_sock_addr peer = {}, sw_sock_addr local = {}) {
   std::vector<uint8_t> data;
   for (const auto& [n, v] : fields) {
     uint16_t lens[2] = {uint16_t(n.size()), uint16_t(v.size())};
@@ -57,6 +67,8 @@ std::vector<uint8_t> RequestEvent(uint64_t conn, uint32_t stream, int64_t ts,
   fixed.hdr = {SW_EV_H2_REQUEST, 42, uint64_t(ts), conn, stream, 0};
   fixed.field_count = fixed.fields_kept = fields.size();
   fixed.data_len = data.size();
+  fixed.peer = peer;
+  fixed.local = local;
   std::vector<uint8_t> out(offsetof(sw_h2_request, data));
   std::memcpy(out.data(), &fixed, out.size());
   out.insert(out.end(), data.begin(), data.end());
@@ -84,14 +96,16 @@ class PipelineTest : public ::testing::Test {
   RequestPipeline pipeline_{&exporter_, DetectorsConfig{},
                             [this](const StormTransition& t) { transitions_.push_back(t); }};
   uint32_t stream_ = 1;
+  sw_sock_addr local_ = V4(10, 0, 0, 2, 6443);
 
   void Request(const std::string& token, const std::string& method, const std::string& path,
-               int64_t ts, int64_t status, const std::string& ua) {
+               int64_t ts, int64_t status, const std::string& ua, sw_sock_addr peer = {}) {
     uint32_t s = stream_;
     stream_ += 2;
     pipeline_.OnEvent(RequestEvent(0xc0001, s, ts,
                                    {{":method", method}, {":scheme", "https"}, {":path", path},
-                                    {"authorization", "Bearer " + token}, {"user-agent", ua}}));
+                                    {"authorization", "Bearer " + token}, {"user-agent", ua}},
+                                   peer, local_));
     pipeline_.OnEvent(ResponseEvent(0xc0001, s, ts + 1000000, status));
   }
 };
@@ -100,15 +114,18 @@ TEST_F(PipelineTest, CountsWithApiserverLabelsAndNamesTheLoop) {
   std::string operator_token = ServiceAccountToken("datajobs-system", "datajob-operator", "op-7d9f");
   std::string human_token = ServiceAccountToken("default", "ops-engineer", "");
   const std::string obj = "/apis/batch.company.com/v1/namespaces/etl/datajobs/nightly";
-  // 200 writes/s (plus a GET each) for 5 s from the operator; a person lists now and then.
+  // 200 writes/s (plus a GET each) for 5 s from the operator, whose GETs come from a second
+  // pod at the end; a person lists now and then.
   int64_t t0 = 100 * kSec;
   for (int i = 0; i < 1000; ++i) {
     int64_t ts = t0 + i * (kSec / 200);
-    Request(operator_token, "GET", obj, ts, 200, "datajob-operator/v1.4.2");
-    Request(operator_token, "PUT", obj, ts + 100, i % 10 == 0 ? 409 : 200, "datajob-operator/v1.4.2");
+    sw_sock_addr operator_pod = i < 900 ? V4(10, 244, 1, 7, 40001) : V4(10, 244, 2, 9, 40002);
+    Request(operator_token, "GET", obj, ts, 200, "datajob-operator/v1.4.2", operator_pod);
+    Request(operator_token, "PUT", obj, ts + 100, i % 10 == 0 ? 409 : 200, "datajob-operator/v1.4.2",
+            V4(10, 244, 1, 7, 40001 + i % 2));
     if (i % 100 == 0) {
       Request(human_token, "GET", "/apis/batch.company.com/v1/namespaces/etl/datajobs?limit=500",
-              ts, 200, "kubectl/v1.32.4");
+              ts, 200, "kubectl/v1.32.4", V4(192, 168, 5, 1, 55000));
     }
     if (i % 200 == 199) pipeline_.Tick(ts);
   }
@@ -134,6 +151,21 @@ TEST_F(PipelineTest, CountsWithApiserverLabelsAndNamesTheLoop) {
   EXPECT_EQ(t.evidence.resource, "datajobs");
   ASSERT_FALSE(t.evidence.details["top_objects"].empty());
   EXPECT_EQ(t.evidence.details["top_objects"][0]["name"], "nightly");
+  // Where the operator's requests came from, as of the alert (after 4 s of 5: 800 GETs + 800
+  // PUTs from the first pod, its last request on port 40002), never the person's address.
+  EXPECT_EQ(t.evidence.details["peers"], nlohmann::json::parse(R"([
+      {"ip": "10.244.1.7", "requests": 1600, "last_peer": "10.244.1.7:40002", "last_local": "10.0.0.2:6443"}])"))
+      << t.evidence.details.dump();
+  nlohmann::json clients = pipeline_.ClientsSnapshot(t0 + 6 * kSec);
+  ASSERT_EQ(clients.size(), 2u) << clients.dump();
+  EXPECT_EQ(clients[0]["client"], "system:serviceaccount:datajobs-system:datajob-operator");
+  EXPECT_EQ(clients[0]["requests"], 2000);
+  EXPECT_EQ(clients[0]["peers"], nlohmann::json::parse(R"([
+      {"ip": "10.244.1.7", "requests": 1900, "last_peer": "10.244.1.7:40002", "last_local": "10.0.0.2:6443"},
+      {"ip": "10.244.2.9", "requests": 100, "last_peer": "10.244.2.9:40002", "last_local": "10.0.0.2:6443"}])"));
+  EXPECT_EQ(clients[1]["client"], "system:serviceaccount:default:ops-engineer");
+  EXPECT_EQ(clients[1]["peers"][0]["last_peer"], "192.168.5.1:55000");
+  EXPECT_EQ(clients[1]["requests"], 10);
   EXPECT_NE(m.find(R"(stormwatch_storm_active{client="system:serviceaccount:datajobs-system:datajob-operator",group="batch.company.com",resource="datajobs",storm="update_loop"} 1)"), std::string::npos) << m;
 
   // The alert line carries identity, evidence and fix, and no credential.
@@ -192,7 +224,7 @@ TEST(PipelineIdentity, CertificateNamesTokenlessRequestsOnly) {
     return id;
   };
   RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {},
-                           AssemblerLimits{}, cert_identity);
+                           AssemblerLimits{}, ConnectionLookups{.identity = cert_identity});
   std::string token = ServiceAccountToken("ci", "deployer", "deployer-1");
   pipeline.OnEvent(RequestEvent(7, 1, 10, {{":method", "GET"}, {":path", "/api/v1/namespaces/a/pods/p"},
                                            {"authorization", "Bearer " + token}}));

@@ -1,0 +1,70 @@
+#include "agent/pipeline/client_peers.h"
+
+#include <algorithm>
+
+#include "agent/protocol/tcp_endpoint.h"
+
+namespace stormwatch {
+
+void ClientPeers::Observe(const std::string& client, const std::string& peer_address,
+                          const std::string& local_address, int64_t now_ns) {
+  Client& c = clients_.FindOrInsert(client, [] { return Client{}; }, [](const std::string&, const Client&) {});
+  ++c.requests;
+  c.last_ns = now_ns;
+  if (peer_address.empty()) return;
+  std::string ip = EndpointHost(peer_address);
+  auto it = std::find_if(c.peers.begin(), c.peers.end(), [&](const Peer& p) { return p.ip == ip; });
+  if (it == c.peers.end()) {
+    if (c.peers.size() < kPeersPerClient) {
+      it = c.peers.insert(c.peers.end(), Peer{ip, "", "", 0});
+    } else {
+      it = std::min_element(c.peers.begin(), c.peers.end(),
+                            [](const Peer& a, const Peer& b) { return a.requests < b.requests; });
+      it->ip = ip;  // inherits the evicted count: an upper bound, as Space-Saving promises
+    }
+  }
+  ++it->requests;
+  if (it->last_peer != peer_address) it->last_peer = peer_address;
+  if (it->last_local != local_address) it->last_local = local_address;
+}
+
+nlohmann::json ClientPeers::PeersJson(const Client& c, size_t limit) {
+  std::vector<const Peer*> sorted;
+  for (const Peer& p : c.peers) sorted.push_back(&p);
+  std::sort(sorted.begin(), sorted.end(), [](const Peer* a, const Peer* b) {
+    return a->requests != b->requests ? a->requests > b->requests : a->ip < b->ip;
+  });
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < sorted.size() && i < limit; ++i) {
+    out.push_back({{"ip", sorted[i]->ip},
+                   {"requests", sorted[i]->requests},
+                   {"last_peer", sorted[i]->last_peer},
+                   {"last_local", sorted[i]->last_local}});
+  }
+  return out;
+}
+
+nlohmann::json ClientPeers::TopPeers(const std::string& client, size_t limit) const {
+  const Client* c = clients_.Find(client);
+  return c ? PeersJson(*c, limit) : nlohmann::json::array();
+}
+
+nlohmann::json ClientPeers::Snapshot(int64_t now_ns, size_t limit) const {
+  std::vector<std::pair<const std::string*, const Client*>> sorted;
+  for (const auto& [name, c] : clients_) sorted.emplace_back(&name, &c);
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second->requests != b.second->requests ? a.second->requests > b.second->requests
+                                                    : *a.first < *b.first;
+  });
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < sorted.size() && i < limit; ++i) {
+    const Client& c = *sorted[i].second;
+    out.push_back({{"client", *sorted[i].first},
+                   {"requests", c.requests},
+                   {"seconds_since_last", std::max<int64_t>(0, now_ns - c.last_ns) / 1e9},
+                   {"peers", PeersJson(c, kPeersPerClient)}});
+  }
+  return out;
+}
+
+}  // namespace stormwatch
