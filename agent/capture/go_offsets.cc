@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <set>
 
 namespace stormwatch {
 namespace {
@@ -133,14 +134,12 @@ const std::vector<ProvenGoHttp2Entry>& ProvenGoHttp2Table() {
 }
 
 std::string ProvenGoReleasesText(Http2StackKind stack) {
-  std::string out;
-  int last = -1;
+  std::set<int> minors;  // the table may list one release twice (x/net rows, GOPATH rows)
   for (const auto& e : ProvenGoHttp2Table()) {
-    if (e.stack != stack || e.go_minor == last) continue;
-    if (!out.empty()) out += ", ";
-    out += "go1." + std::to_string(e.go_minor);
-    last = e.go_minor;
+    if (e.stack == stack) minors.insert(e.go_minor);
   }
+  std::string out;
+  for (int minor : minors) out += (out.empty() ? "go1." : ", go1.") + std::to_string(minor);
   return out;
 }
 
