@@ -34,10 +34,19 @@ Result<std::unique_ptr<GoHttpProbes>> GoHttpProbes::Load(size_t ring_buffer_byte
   p->ring_ = ring_buffer__new(bpf_map__fd(p->skel_->maps.events), &GoHttpProbes::OnRingBufferEvent,
                               p.get(), nullptr);
   if (!p->ring_) return Error{std::string("creating ring buffer: ") + std::strerror(errno)};
+  p->detach_thread_ = std::thread([raw = p.get()] { raw->ReapLinks(); });
   return p;
 }
 
 GoHttpProbes::~GoHttpProbes() {
+  if (detach_thread_.joinable()) {
+    {
+      std::lock_guard lock(detach_mutex_);
+      stopping_ = true;
+    }
+    detach_wake_.notify_one();
+    detach_thread_.join();  // finishes what was queued
+  }
   for (auto& [handle, a] : attachments_) {
     for (bpf_link* l : a.links) bpf_link__destroy(l);
   }
@@ -59,6 +68,7 @@ Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
                                       const std::vector<GoHttp2ProbeSites>& stacks,
                                       const std::optional<Http1ProbeSites>& http1) {
   if (stacks.empty()) return Error{"no HTTP/2 stack to attach to in " + binary_path};
+  ReleaseDetachedSlots();
   Attachment a;
   auto undo = [&]() {
     for (bpf_link* l : a.links) bpf_link__destroy(l);
@@ -124,9 +134,39 @@ Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
 void GoHttpProbes::Detach(uint32_t handle) {
   auto it = attachments_.find(handle);
   if (it == attachments_.end()) return;
-  for (bpf_link* l : it->second.links) bpf_link__destroy(l);
-  for (uint32_t s : it->second.slots) slot_used_[s] = false;
+  {
+    std::lock_guard lock(detach_mutex_);
+    detaching_links_ += it->second.links.size();
+    to_detach_.push_back(std::move(it->second));
+  }
   attachments_.erase(it);
+  detach_wake_.notify_one();
+}
+
+void GoHttpProbes::ReapLinks() {
+  std::unique_lock lock(detach_mutex_);
+  while (true) {
+    detach_wake_.wait(lock, [&] { return stopping_ || !to_detach_.empty(); });
+    if (to_detach_.empty()) return;  // stopping, nothing left
+    Attachment a = std::move(to_detach_.front());
+    to_detach_.pop_front();
+    lock.unlock();
+    for (bpf_link* l : a.links) bpf_link__destroy(l);
+    lock.lock();
+    detaching_links_ -= a.links.size();
+    detached_slots_.insert(detached_slots_.end(), a.slots.begin(), a.slots.end());
+  }
+}
+
+void GoHttpProbes::ReleaseDetachedSlots() {
+  std::lock_guard lock(detach_mutex_);
+  for (uint32_t s : detached_slots_) slot_used_[s] = false;
+  detached_slots_.clear();
+}
+
+size_t GoHttpProbes::detaching_links() const {
+  std::lock_guard lock(detach_mutex_);
+  return detaching_links_;
 }
 
 size_t GoHttpProbes::attached_links() const {

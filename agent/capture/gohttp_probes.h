@@ -5,13 +5,17 @@
 #include <sys/types.h>
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent/core/result.h"
@@ -61,8 +65,14 @@ class GoHttpProbes {
   Result<uint32_t> Attach(pid_t pid, const std::string& binary_path,
                           const std::vector<GoHttp2ProbeSites>& stacks,
                           const std::optional<Http1ProbeSites>& http1 = std::nullopt);
+  // Removes the target's probes. Destroying a uprobe link waits for the kernel to retire the
+  // probe (about 90 ms each here: a second for one target's 11), so the links are destroyed on
+  // a thread of their own and the ring buffer keeps being drained while a target goes away.
+  // The slots are reused only once their links are gone.
   void Detach(uint32_t handle);
   size_t attached_links() const;
+  // Links still being destroyed after Detach.
+  size_t detaching_links() const;
 
   // Delivers ready events to the handler; returns how many, or a negative errno.
   int Poll(int timeout_ms);
@@ -81,6 +91,8 @@ class GoHttpProbes {
   GoHttpProbes() = default;
   static int OnRingBufferEvent(void* ctx, void* data, size_t size);
   uint64_t SumPerCpu(int map_fd, uint32_t key) const;
+  void ReapLinks();          // the detach thread's loop
+  void ReleaseDetachedSlots();
 
   gohttp_bpf* skel_ = nullptr;
   ring_buffer* ring_ = nullptr;
@@ -92,6 +104,15 @@ class GoHttpProbes {
   };
   std::map<uint32_t, Attachment> attachments_;  // handle (first slot) -> attachment
   std::vector<bool> slot_used_;
+
+  // Detached attachments: queued for the detach thread, then done (their slots free to reuse).
+  mutable std::mutex detach_mutex_;
+  std::condition_variable detach_wake_;
+  std::deque<Attachment> to_detach_;
+  std::vector<uint32_t> detached_slots_;
+  size_t detaching_links_ = 0;
+  bool stopping_ = false;
+  std::thread detach_thread_;
 };
 
 }  // namespace stormwatch

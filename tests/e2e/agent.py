@@ -157,6 +157,12 @@ class Agent:
                 counts[key] = counts.get(key, 0) + int(v)
         return counts
 
+    def kill(self):
+        """SIGKILL: the agent gets no chance to clean up; the kernel must release its probes."""
+        self.proc.kill()
+        self.proc.wait()
+        return self.stop()
+
     def stop(self):
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()

@@ -79,10 +79,31 @@ def _dn_escape(value):
     return value.replace("\\", "\\\\").replace("/", "\\/").replace("+", "\\+")
 
 
+class ApiServerProcess:
+    """One test apiserver process: its Popen (unshare's for a container), the PID of the server
+    itself in the host's PID namespace, its URLs, and when it was spawned (time.monotonic())."""
+
+    def __init__(self, proc, port, debug_port, started):
+        self.proc = proc
+        self.pid = proc.pid
+        self.port = port
+        self.debug_port = debug_port
+        self.started = started
+        self.base_url = f"https://127.0.0.1:{port}"
+        self.debug_url = f"http://127.0.0.1:{debug_port}"
+
+    def counts(self):
+        """The server's /debug/counts (see Cluster.server_counts)."""
+        with urllib.request.urlopen(self.debug_url + "/debug/counts", timeout=5) as r:
+            return json.load(r)
+
+
 class Cluster:
-    def __init__(self, apiserver_bin=None, operator_bin=None, keep_tmp=None, apiserver_args=()):
+    def __init__(self, apiserver_bin=None, operator_bin=None, keep_tmp=None, apiserver_args=(),
+                 apiserver_name="kube-apiserver"):
         go_out = default_go_out()
         self.apiserver_args = list(apiserver_args)  # extra flags appended to the apiserver's command line
+        self.apiserver_name = apiserver_name  # executable name under TMP/bin (the agent finds targets by name)
         self.apiserver_src = apiserver_bin or os.path.join(go_out, "test-apiserver")
         self.kubectl_bin = resolve_kubectl()
         self.operator_bin = operator_bin or os.path.join(go_out, "runaway-operator")
@@ -95,6 +116,7 @@ class Cluster:
         self.etcd = None
         self.apiserver = None
         self.apiserver_pid = None
+        self.main_apiserver = None  # ApiServerProcess of the apiserver below
         self.base_url = None
         self.debug_url = None
         self.ca_file = None
@@ -234,29 +256,95 @@ class Cluster:
     # ---- apiserver ----
 
     def _start_apiserver(self):
-        binary = self._path("bin", "kube-apiserver")
+        binary = self.apiserver_binary()
         shutil.copy2(self.apiserver_src, binary)
-        port, dport = free_port(), free_port()
-        self.base_url = f"https://127.0.0.1:{port}"
-        self.debug_url = f"http://127.0.0.1:{dport}"
+        server = self.start_apiserver(binary)
+        self._adopt_apiserver(server)
+
+    def _adopt_apiserver(self, server):
+        """Makes server the one base_url, debug_url, server_counts() and kubeconfigs refer to."""
+        self.main_apiserver = server
+        self.apiserver = server.proc
+        self.apiserver_pid = server.pid
+        self.base_url = server.base_url
+        self.debug_url = server.debug_url
+
+    def apiserver_binary(self):
+        return self._path("bin", self.apiserver_name)
+
+    def start_apiserver(self, binary, port=None, debug_port=None, container_dir=None):
+        """Starts one more test apiserver process on the cluster's etcd and waits until it serves;
+        returns its ApiServerProcess. Free ports unless given. With container_dir (a directory,
+        empty on the host), the process runs as a container would: `unshare --mount --pid --fork
+        --mount-proc` mounts a private tmpfs over container_dir, copies binary into it and runs
+        it from there, so its executable exists only inside that mount namespace."""
+        port, debug_port = port or free_port(), debug_port or free_port()
         pki = self._path("pki")
-        self.apiserver = self._spawn([
-            binary,
+        args = [
             "--listen", f"127.0.0.1:{port}",
             "--tls-cert", f"{pki}/apiserver.crt", "--tls-key", f"{pki}/apiserver.key",
             "--etcd-endpoints", self.etcd_url, "--etcd-cafile", f"{pki}/ca.crt",
             "--etcd-certfile", f"{pki}/apiserver-etcd-client.crt",
             "--etcd-keyfile", f"{pki}/apiserver-etcd-client.key",
             "--sa-signing-key", self.sa_key,
-            "--debug-listen", f"127.0.0.1:{dport}",
+            "--debug-listen", f"127.0.0.1:{debug_port}",
             "--client-ca-file", f"{pki}/ca.crt",
             *self.apiserver_args,
-        ], "apiserver.log")
-        self.apiserver_pid = self.apiserver.pid
+        ]
+        log_name = "apiserver.log" if self.apiserver is None else f"apiserver-{len(self.procs)}.log"
+        started = time.monotonic()
+        if container_dir is None:
+            proc = self._spawn([binary, *args], log_name)
+        else:
+            inner = os.path.join(container_dir, os.path.basename(binary))
+            script = 'mount -t tmpfs tmpfs "$1" && cp "$2" "$3" && shift 3 && exec "$@"'
+            # --kill-child: when stop() has to kill unshare, the namespace and its mount go with it.
+            proc = self._spawn(["unshare", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child",
+                                "sh", "-c", script, "sh", container_dir, binary, inner, inner, *args], log_name)
+        server = ApiServerProcess(proc, port, debug_port, started)
         ctx = ssl.create_default_context(cafile=self.ca_file)
         # Ready = the debug listener answers and the secure port completes a TLS handshake.
-        self._wait_until(lambda: self._http_ok(self.debug_url + "/healthz") and self._tls_ok(port, ctx),
-                         self.apiserver, "apiserver.log", "test apiserver")
+        self._wait_until(lambda: self._http_ok(server.debug_url + "/healthz") and self._tls_ok(port, ctx),
+                         proc, log_name, "test apiserver")
+        if container_dir is not None:
+            server.pid = self._container_child(proc.pid, os.path.basename(binary))
+        return server
+
+    @staticmethod
+    def _container_child(unshare_pid, name):
+        """The host PID of the process unshare forked (PID 1 of the new namespace), once it runs name."""
+        for task in os.listdir(f"/proc/{unshare_pid}/task"):
+            with open(f"/proc/{unshare_pid}/task/{task}/children") as f:
+                for pid in f.read().split():
+                    if os.path.basename(os.readlink(f"/proc/{pid}/exe")) == name:
+                        return int(pid)
+        raise ClusterError(f"no {name} child of unshare pid {unshare_pid}")
+
+    def stop_apiserver(self, server, sig=signal.SIGTERM):
+        """Signals one apiserver process (the server itself, also inside a container: unshare
+        blocks SIGTERM) and waits for it to exit; returns time.monotonic() then."""
+        os.kill(server.pid, sig)
+        server.proc.wait(timeout=10)
+        return time.monotonic()
+
+    def stop_main_apiserver(self):
+        """Stops the cluster's apiserver (SIGTERM); returns the time.monotonic() of its exit."""
+        return self.stop_apiserver(self.main_apiserver)
+
+    def start_main_apiserver(self):
+        """Starts TMP/bin/NAME again on the stopped main apiserver's ports (a new PID; a new binary
+        if replace_apiserver_binary() ran meanwhile) and makes it the main one; returns it."""
+        old = self.main_apiserver
+        server = self.start_apiserver(self.apiserver_binary(), port=old.port, debug_port=old.debug_port)
+        self._adopt_apiserver(server)
+        return server
+
+    def replace_apiserver_binary(self, src):
+        """Installs src at TMP/bin/NAME as a package upgrade does: written to a new file, renamed
+        over the old path (a new inode; a running process keeps the old, now deleted, one)."""
+        binary = self.apiserver_binary()
+        shutil.copy2(src, binary + ".new")
+        os.rename(binary + ".new", binary)
 
     @staticmethod
     def _http_ok(url, ctx=None):
