@@ -108,9 +108,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   // HTTP/1.1 connections' ends (HTTP/2 requests carry theirs from BPF).
   Http1ConnectionEnds http1_ends;
   ConnectionLookups connection_lookups{
-      .identity = [&](uint32_t pid, uint64_t conn) {
-        return cert_identities.Lookup(static_cast<pid_t>(pid), conn);
-      },
+      .identity = [&](const RequestConnection& c) { return cert_identities.Lookup(c); },
       .http1_ends = [&](uint32_t pid, uint64_t conn) {
         return http1_ends.Lookup(static_cast<pid_t>(pid), conn);
       },

@@ -50,6 +50,7 @@ struct sw_go_offsets {
   __u32 rws_handler_header; /* responseWriterState.handlerHeader (http.Header: *runtime.hmap) */
   __u32 capture_write_bodies; /* set per target by the agent: kube-apiserver yes, etcd no */
   __u32 sc_conn;           /* serverConn.conn: the connection's net.Conn (itab, data) */
+  __u32 tls_peer_certificates; /* tls.Conn.peerCertificates (per Go release; 0: not read) */
 };
 
 /* Go's net package, the same in every Go release of the offset table (checked against each
@@ -88,6 +89,12 @@ struct sw_h2_request {
   __u32 data_len;
   struct sw_sock_addr local; /* the server's end of the connection */
   struct sw_sock_addr peer;  /* the client's end, as the server sees it */
+  /* A request without an Authorization header: where its connection's client certificate
+   * (tls.Conn.peerCertificates[0].Raw, DER) sits in the target, found while the connection
+   * surely lives. 0: none, or the request carries a token. */
+  __u64 client_cert_der;
+  __u32 client_cert_der_len;
+  __u32 pad;
   __u8 data[SW_DATA_SIZE];
 };
 

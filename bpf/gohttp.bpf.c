@@ -82,6 +82,7 @@ struct copy_fields_ctx {
   __u32 data_len;
   __u16 kept;
   __u8 stop;
+  __u8 has_authorization; /* an "authorization" field was copied */
 };
 
 struct go_string {
@@ -125,6 +126,11 @@ static long copy_one_field(__u64 i, void *vctx) {
   if (name_len > 0 && bpf_probe_read_user(&event->data[pos], name_len & SW_MAX_NAME, (void *)name.ptr)) {
     count(&drops, SW_DROP_READ_FAILED);
     return 1;
+  }
+  if (name_len == 13) { /* HTTP/2 field names are lower case */
+    __u64 word;
+    __builtin_memcpy(&word, &event->data[pos], 8);
+    if (word == 0x7a69726f68747561ULL /* "authoriz" */) c->has_authorization = 1;
   }
   pos += name_len & SW_MAX_NAME;
   if (pos > SW_DATA_LIMIT + 4 + SW_MAX_NAME) return 1;
@@ -185,25 +191,42 @@ static __always_inline __u64 tcp_netfd(__u64 net_conn) {
   return 0;
 }
 
-/* Local and peer address of the connection whose net.Conn interface sits at conn_iface. The
+/* Local and peer address of the connection whose net.Conn data word is net_conn. The
  * addresses are read at every request rather than cached per connection: Go reuses a closed
  * connection's memory for the next one, and a cache keyed by address would credit the old
  * peer. Nine small reads, a fraction of the header copy's cost. */
-static __always_inline void read_conn_addrs(__u64 conn_iface, struct sw_sock_addr *local,
+static __always_inline void read_conn_addrs(__u64 net_conn, struct sw_sock_addr *local,
                                             struct sw_sock_addr *peer) {
-  struct {
-    __u64 itab, data;
-  } conn = {};
   struct {
     __u64 local_itab, local_data, peer_itab, peer_data;
   } addrs = {};
   local->ip_len = 0;
   peer->ip_len = 0;
-  if (bpf_probe_read_user(&conn, sizeof(conn), (void *)conn_iface) || !conn.data) return;
-  __u64 fd = tcp_netfd(conn.data);
+  if (!net_conn) return;
+  __u64 fd = tcp_netfd(net_conn);
   if (!fd || bpf_probe_read_user(&addrs, sizeof(addrs), (void *)(fd + SW_NETFD_LADDR))) return;
   read_tcp_addr(addrs.local_data, local);
   read_tcp_addr(addrs.peer_data, peer);
+}
+
+/* kube-apiserver authenticates a client certificate before any token, and a request without a
+ * token can only be named by its certificate. Reading it later from user space could meet a
+ * connection closed and its memory reused; here the connection is alive. A server connection
+ * that is not TLS has no peerCertificates: user space then fails to parse and counts it. */
+static __always_inline void read_client_cert(__u64 tls_conn, const struct sw_go_offsets *off,
+                                             struct sw_h2_request *event) {
+  struct {
+    __u64 ptr, len;
+  } peers = {}, raw = {};
+  __u64 cert = 0;
+  if (!tls_conn || !off->tls_peer_certificates ||
+      bpf_probe_read_user(&peers, sizeof(peers), (void *)(tls_conn + off->tls_peer_certificates)) ||
+      peers.len == 0 || peers.len > 16 || bpf_probe_read_user(&cert, sizeof(cert), (void *)peers.ptr) ||
+      !cert || bpf_probe_read_user(&raw, sizeof(raw), (void *)cert /* x509.Certificate.Raw at +0 */) ||
+      raw.len == 0 || raw.len > 65536)
+    return;
+  event->client_cert_der = raw.ptr;
+  event->client_cert_der_len = raw.len;
 }
 
 SEC("uprobe")
@@ -232,7 +255,11 @@ int BPF_UPROBE(h2_process_headers) {
   event->hdr.conn = sc;
   event->hdr.target = slot;
   event->field_count = fields.len > 0xffff ? 0xffff : fields.len;
-  read_conn_addrs(sc + off->sc_conn, &event->local, &event->peer);
+  struct {
+    __u64 itab, data;
+  } conn = {};
+  bpf_probe_read_user(&conn, sizeof(conn), (void *)(sc + off->sc_conn));
+  read_conn_addrs(conn.data, &event->local, &event->peer);
 
   struct header_fields *copied = bpf_map_lookup_elem(&fields_scratch, &zero);
   if (!copied || off->field_size == 0) return 0;
@@ -252,6 +279,9 @@ int BPF_UPROBE(h2_process_headers) {
   bpf_loop(n, copy_one_field, &c, 0);
   event->fields_kept = c.kept;
   event->data_len = c.data_len;
+  event->client_cert_der = 0;
+  event->client_cert_der_len = 0;
+  if (!c.has_authorization) read_client_cert(conn.data, off, event);
 
   __u64 size = offsetof(struct sw_h2_request, data) + c.data_len;
   if (size > sizeof(*event)) return 0;

@@ -3,6 +3,8 @@
 #include <openssl/x509.h>
 #include <sys/uio.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 
 #include "agent/capture/go_offsets.h"
@@ -69,62 +71,66 @@ Result<CertSubject> ParseCertificateSubject(std::string_view der) {
   return out;
 }
 
-std::optional<CertSubject> ClientCertReader::Read(pid_t pid, uint64_t server_conn,
-                                                  const GoTlsLayout& layout) {
-  uint64_t iface[2];  // itab, data (*tls.Conn)
-  if (!ReadRemote(pid, server_conn + layout.server_conn_conn, iface, sizeof(iface))) {
+std::optional<CertSubject> ClientCertReader::ReadDer(pid_t pid, CertLocation where) {
+  if (where.der == 0 || where.len == 0 || where.len > kMaxCertificateBytes) {
     ++read_errors_;
     return std::nullopt;
   }
-  GoSlice peers{};
-  if (!ReadRemote(pid, iface[1] + layout.tls_peer_certificates, &peers, sizeof(peers))) {
+  size_t tail_len = std::min<size_t>(kTail, where.len);
+  std::string tail(tail_len, '\0');
+  if (!ReadRemote(pid, where.der + where.len - tail_len, tail.data(), tail.size())) {
     ++read_errors_;
     return std::nullopt;
   }
-  // A TLS server never renegotiates: a connection's certificates are fixed at the handshake.
-  // Go reuses freed memory, so a new connection may sit where a closed one was: the cached
-  // answer holds only while the tls.Conn and its peerCertificates array are the same objects.
-  Key key{pid, server_conn};
-  if (auto it = cache_.find(key); it != cache_.end() && it->second.first.tls_conn == iface[1] &&
-                                  it->second.first.peers_ptr == peers.ptr &&
-                                  it->second.first.peers_len == peers.len) {
-    order_.splice(order_.end(), order_, it->second.second);
-    return it->second.first.subject;
-  }
-  Entry entry{iface[1], peers.ptr, peers.len, std::nullopt};
-  if (peers.len > 0) {
-    uint64_t cert = 0;
-    GoSlice raw{};
-    std::string der;
-    if (peers.len > kMaxPeerCertificates || peers.cap < peers.len ||
-        !ReadRemote(pid, peers.ptr, &cert, sizeof(cert)) ||
-        !ReadRemote(pid, cert, &raw, sizeof(raw)) || raw.len == 0 ||
-        raw.len > kMaxCertificateBytes || raw.cap < raw.len) {
-      ++read_errors_;
-      return std::nullopt;
-    }
-    der.resize(raw.len);
-    if (!ReadRemote(pid, raw.ptr, der.data(), der.size())) {
-      ++read_errors_;
-      return std::nullopt;
-    }
-    if (auto parsed = ParseCertificateSubject(der)) {
-      entry.subject = std::move(*parsed);
-    } else {
-      ++read_errors_;
-    }
-  }
+  Key key{pid, where.der, where.len};
   if (auto it = cache_.find(key); it != cache_.end()) {
-    order_.erase(it->second.second);
+    if (it->second.first.tail == tail) {
+      order_.splice(order_.end(), order_, it->second.second);
+      return it->second.first.subject;
+    }
+    order_.erase(it->second.second);  // another certificate now sits there
     cache_.erase(it);
+  }
+  std::string der(where.len, '\0');
+  if (!ReadRemote(pid, where.der, der.data(), der.size())) {
+    ++read_errors_;
+    return std::nullopt;
+  }
+  auto parsed = ParseCertificateSubject(der);
+  if (!parsed) {
+    ++read_errors_;
+    return std::nullopt;
   }
   if (cache_.size() >= capacity_) {
     cache_.erase(order_.front());
     order_.pop_front();
   }
   order_.push_back(key);
-  cache_.emplace(key, std::make_pair(entry, std::prev(order_.end())));
+  auto& entry = cache_.emplace(key, std::make_pair(Entry{der.substr(der.size() - tail_len), std::move(*parsed)},
+                                                   std::prev(order_.end())))
+                    .first->second.first;
   return entry.subject;
+}
+
+std::optional<CertSubject> ClientCertReader::ReadConnection(pid_t pid, uint64_t net_conn,
+                                                            const GoTlsLayout& layout) {
+  uint64_t iface[2];  // itab, data (*tls.Conn)
+  GoSlice peers{};
+  if (!ReadRemote(pid, net_conn, iface, sizeof(iface)) ||
+      !ReadRemote(pid, iface[1] + layout.tls_peer_certificates, &peers, sizeof(peers))) {
+    ++read_errors_;
+    return std::nullopt;
+  }
+  if (peers.len == 0) return std::nullopt;  // no client certificate: a token or anonymous client
+  uint64_t cert = 0;
+  GoSlice raw{};
+  if (peers.len > kMaxPeerCertificates || peers.cap < peers.len ||
+      !ReadRemote(pid, peers.ptr, &cert, sizeof(cert)) ||
+      !ReadRemote(pid, cert, &raw, sizeof(raw)) || raw.cap < raw.len) {
+    ++read_errors_;
+    return std::nullopt;
+  }
+  return ReadDer(pid, {raw.ptr, static_cast<uint32_t>(std::min<uint64_t>(raw.len, UINT32_MAX))});
 }
 
 void ClientCertIdentities::SetTarget(pid_t pid, std::string_view go_version) {
@@ -140,10 +146,16 @@ void ClientCertIdentities::ForgetProcess(pid_t pid) {
   reader_.ForgetProcess(pid);
 }
 
-std::optional<Identity> ClientCertIdentities::Lookup(pid_t pid, uint64_t server_conn) {
-  auto layout = layouts_.find(pid);
+std::optional<Identity> ClientCertIdentities::Lookup(const RequestConnection& c) {
+  auto layout = layouts_.find(static_cast<pid_t>(c.pid));
   if (layout == layouts_.end()) return std::nullopt;
-  std::optional<CertSubject> subject = reader_.Read(pid, server_conn, layout->second);
+  std::optional<CertSubject> subject;
+  if (c.http1) {
+    subject = reader_.ReadConnection(static_cast<pid_t>(c.pid), c.conn + layout->second.http_conn_rwc,
+                                     layout->second);
+  } else if (c.client_cert_der != 0) {
+    subject = reader_.ReadDer(static_cast<pid_t>(c.pid), {c.client_cert_der, c.client_cert_der_len});
+  }
   if (!subject || subject->common_name.empty()) return std::nullopt;
   Identity id;
   id.kind = Identity::Kind::kUser;
@@ -156,7 +168,7 @@ std::optional<Identity> ClientCertIdentities::Lookup(pid_t pid, uint64_t server_
 
 void ClientCertReader::ForgetProcess(pid_t pid) {
   for (auto it = order_.begin(); it != order_.end();) {
-    if (it->first == pid) {
+    if (it->pid == pid) {
       cache_.erase(*it);
       it = order_.erase(it);
     } else {

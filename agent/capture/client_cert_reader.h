@@ -1,10 +1,14 @@
 // Who is behind a TLS connection that carries no bearer token: the client certificate the
 // Go server verified during the handshake (user = CN, groups = O, as kube-apiserver's x509
-// authenticator). Read from the target's memory with process_vm_readv once per connection
-// (the HTTP/2 request event gives the *serverConn), so it costs no probe hit.
+// authenticator), read from the target's memory with process_vm_readv.
 //
-//   serverConn.conn (net.Conn interface: itab, data) -> *tls.Conn
-//   tls.Conn.peerCertificates []*x509.Certificate -> [0] -> Certificate.Raw []byte (DER)
+//   HTTP/2: the BPF program finds tls.Conn.peerCertificates[0].Raw at the request, while the
+//   connection surely lives, and the event says where the DER is.
+//   HTTP/1.1: *net/http.conn .rwc (net.Conn) -> *tls.Conn .peerCertificates -> [0] -> .Raw.
+//
+// Parsed subjects are cached by where the DER sits and validated at every use by its last 32
+// bytes (part of the signature, unique per certificate): Go reuses a closed connection's
+// memory, and a new certificate at the same address must not inherit the old one's name.
 #pragma once
 
 #include <sys/types.h>
@@ -23,7 +27,7 @@
 namespace stormwatch {
 
 struct GoTlsLayout {
-  uint32_t server_conn_conn = 16;     // serverConn.conn (both HTTP/2 stacks)
+  uint32_t http_conn_rwc = 16;         // net/http.conn.rwc (net.Conn)
   uint32_t tls_peer_certificates = 0;  // tls.Conn.peerCertificates
 };
 
@@ -38,26 +42,41 @@ struct CertSubject {
 // DER -> subject CN and O values (OpenSSL). Error on anything that is not an X.509 cert.
 Result<CertSubject> ParseCertificateSubject(std::string_view der);
 
+// Where a certificate's DER sits in the target.
+struct CertLocation {
+  uint64_t der = 0;
+  uint32_t len = 0;
+};
+
 class ClientCertReader {
  public:
   explicit ClientCertReader(size_t capacity = 4096) : capacity_(capacity) {}
 
-  // nullopt: no client certificate on that connection (or it could not be read).
-  std::optional<CertSubject> Read(pid_t pid, uint64_t server_conn, const GoTlsLayout& layout);
+  // The subject of the certificate at `where`; nullopt when it cannot be read or parsed.
+  std::optional<CertSubject> ReadDer(pid_t pid, CertLocation where);
+  // HTTP/1.1: the client certificate of the connection whose net.Conn interface value sits at
+  // `net_conn`; nullopt when there is none (a token client) or it cannot be read.
+  std::optional<CertSubject> ReadConnection(pid_t pid, uint64_t net_conn, const GoTlsLayout& layout);
   void ForgetProcess(pid_t pid);
 
   uint64_t read_errors() const { return read_errors_; }
 
  private:
+  static constexpr size_t kTail = 32;
   struct Entry {
-    uint64_t tls_conn = 0;   // *tls.Conn and its peerCertificates array: tell a new
-    uint64_t peers_ptr = 0;  // connection at a reused address apart
-    uint64_t peers_len = 0;
-    std::optional<CertSubject> subject;
+    std::string tail;  // the DER's last kTail bytes when it was parsed
+    CertSubject subject;
   };
-  using Key = std::pair<pid_t, uint64_t>;
+  struct Key {
+    pid_t pid;
+    uint64_t der;
+    uint32_t len;
+    bool operator==(const Key&) const = default;
+  };
   struct KeyHash {
-    size_t operator()(const Key& k) const { return std::hash<uint64_t>{}(k.second ^ (uint64_t(k.first) << 48)); }
+    size_t operator()(const Key& k) const {
+      return std::hash<uint64_t>{}(k.der ^ (uint64_t(k.pid) << 48) ^ (uint64_t(k.len) << 32));
+    }
   };
   size_t capacity_;
   std::list<Key> order_;
@@ -71,7 +90,7 @@ class ClientCertIdentities {
  public:
   void SetTarget(pid_t pid, std::string_view go_version);  // unproven release: no lookups
   void ForgetProcess(pid_t pid);
-  std::optional<Identity> Lookup(pid_t pid, uint64_t server_conn);
+  std::optional<Identity> Lookup(const RequestConnection& connection);
   uint64_t read_errors() const { return reader_.read_errors(); }
 
  private:

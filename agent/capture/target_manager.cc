@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "agent/capture/client_cert_reader.h"
 #include "agent/capture/go_binary.h"
 #include "agent/capture/go_offsets.h"
 
@@ -69,7 +70,13 @@ TargetStatus TargetManager::Attach(const TargetProcess& process) {
   if (plan.failure != AttachFailure::kNone) return s;
   // Object facts come from kube-apiserver's write responses; etcd's are protobuf values
   // (Secrets among them) that the agent has no use for.
-  for (GoHttp2ProbeSites& site : plan.sites) site.offsets.capture_write_bodies = process.name != "etcd";
+  // The client certificate of a tokenless request is found in BPF where the Go release's
+  // tls.Conn layout is proven; elsewhere those requests stay named by what they send.
+  std::optional<GoTlsLayout> tls = LookupGoTlsLayout(plan.go_version);
+  for (GoHttp2ProbeSites& site : plan.sites) {
+    site.offsets.capture_write_bodies = process.name != "etcd";
+    site.offsets.tls_peer_certificates = tls ? tls->tls_peer_certificates : 0;
+  }
   auto slot = probes_->Attach(process.pid, process.exe_path, plan.sites, plan.http1);
   if (!slot) {
     s.problem = slot.error();

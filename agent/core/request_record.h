@@ -81,6 +81,15 @@ struct ResponseFacts {
   std::string resource_version;
 };
 
+// The connection a request came on, as far as naming its client needs it.
+struct RequestConnection {
+  uint32_t pid = 0;
+  uint64_t conn = 0;                 // *serverConn (HTTP/2) or *net/http.conn (HTTP/1.1)
+  bool http1 = false;
+  uint64_t client_cert_der = 0;      // HTTP/2, no token: where the BPF program found the
+  uint32_t client_cert_der_len = 0;  // connection's client certificate (DER) in the target
+};
+
 struct RequestRecord {
   // Capture facts.
   uint32_t pid = 0;

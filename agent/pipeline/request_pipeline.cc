@@ -47,8 +47,8 @@ RequestPipeline::RequestPipeline(PrometheusExporter* exporter, const DetectorsCo
                                  ConnectionLookups connections, ApfNaming apf)
     : exporter_(exporter),
       connections_(std::move(connections)),
-      assembler_([this](uint32_t pid, uint64_t conn, std::string_view a,
-                        std::string_view ua) { return Resolve(pid, conn, a, ua); },
+      assembler_([this](const RequestConnection& c, std::string_view a,
+                        std::string_view ua) { return Resolve(c, a, ua); },
                  limits),
       http1_([this](const Http1Exchange& x) { OnHttp1Exchange(x); }),
       apf_(std::move(apf)),
@@ -84,14 +84,13 @@ RequestPipeline::RequestPipeline(PrometheusExporter* exporter, const DetectorsCo
 
 RequestPipeline::~RequestPipeline() = default;
 
-Identity RequestPipeline::Resolve(uint32_t pid, uint64_t conn, std::string_view authorization,
+Identity RequestPipeline::Resolve(const RequestConnection& connection, std::string_view authorization,
                                   std::string_view user_agent) {
   // kube-apiserver's authenticators run x509 first, so a client certificate wins over a token.
-  // The agent reads the certificate from the target's memory after the request, when a
-  // short-lived connection may already be gone and its memory reused; a request that carries
-  // a token is therefore named by its token (clients rarely send both).
+  // The BPF program looks for the certificate only on requests without a token (a probe read
+  // costs the server time; clients rarely send both), so a token names its request.
   if (connections_.identity && authorization.empty()) {
-    if (std::optional<Identity> cert = connections_.identity(pid, conn)) {
+    if (std::optional<Identity> cert = connections_.identity(connection)) {
       Identity id = IdentityFromHeaders("", user_agent);  // user agent and its component
       id.kind = cert->kind;
       id.user = std::move(cert->user);
@@ -157,7 +156,7 @@ void RequestPipeline::OnHttp1Exchange(const Http1Exchange& x) {
   r.response.flow_schema_uid = x.flow_schema_uid;
   r.response.retry_after_s = x.retry_after_s;
   r.response_body_prefix = x.body_prefix;
-  r.identity = Resolve(x.tgid, x.conn, x.authorization, x.user_agent);
+  r.identity = Resolve({.pid = x.tgid, .conn = x.conn, .http1 = true}, x.authorization, x.user_agent);
   OnRequest(r);
 }
 

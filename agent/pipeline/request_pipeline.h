@@ -61,7 +61,7 @@ TargetRole RoleOfExecutable(const std::string& name);
 // agent/capture; unit tests inject fakes. Any of them may be empty.
 struct ConnectionLookups {
   // The identity of a connection without a bearer token (its client certificate), if any.
-  std::function<std::optional<Identity>(uint32_t pid, uint64_t conn)> identity;
+  std::function<std::optional<Identity>(const RequestConnection& connection)> identity;
   // An HTTP/1.1 connection's ends (HTTP/2 events carry theirs), and its close.
   std::function<ConnectionEnds(uint32_t pid, uint64_t http_conn)> http1_ends;
   std::function<void(uint32_t pid, uint64_t http_conn)> http1_closed;
@@ -108,7 +108,7 @@ class RequestPipeline {
   void OnHttp1Exchange(const Http1Exchange& x);
   void NameApfLevels(ResponseFacts& facts);
   void PublishDetectorState(int64_t now_ns);
-  Identity Resolve(uint32_t pid, uint64_t conn, std::string_view authorization,
+  Identity Resolve(const RequestConnection& connection, std::string_view authorization,
                    std::string_view user_agent);
   void OnEtcdRequest(const RequestRecord& r);
 

@@ -41,6 +41,8 @@ Result<CaptureEvent> DecodeRequest(std::span<const uint8_t> bytes) {
   ev.field_count = fixed.field_count;
   ev.local_address = FormatSockAddr(fixed.local);
   ev.peer_address = FormatSockAddr(fixed.peer);
+  ev.client_cert_der = fixed.client_cert_der;
+  ev.client_cert_der_len = fixed.client_cert_der_len;
   ev.fields.reserve(fixed.fields_kept);
   const uint8_t* p = bytes.data() + kFixed;
   const uint8_t* end = p + fixed.data_len;

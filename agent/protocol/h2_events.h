@@ -25,6 +25,8 @@ struct H2RequestEvent {
   uint32_t stream_id = 0;
   std::string local_address;  // the connection's ends ("10.0.0.7:6443"); "" when unknown
   std::string peer_address;
+  uint64_t client_cert_der = 0;  // no token: the connection's client certificate in the target
+  uint32_t client_cert_der_len = 0;
   uint16_t field_count = 0;  // fields the frame had
   std::vector<HeaderField> fields;  // fields kept (may be fewer: see truncated())
   bool truncated() const { return fields.size() < field_count; }

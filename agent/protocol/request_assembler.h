@@ -15,8 +15,8 @@
 namespace stormwatch {
 
 // Turns credentials into an identity at once, so no token is kept past the event that held it.
-// The process and connection let it fall back to the connection's client certificate.
-using IdentityResolver = std::function<Identity(uint32_t pid, uint64_t conn,
+// The connection lets it fall back to the connection's client certificate.
+using IdentityResolver = std::function<Identity(const RequestConnection& connection,
                                                 std::string_view authorization,
                                                 std::string_view user_agent)>;
 

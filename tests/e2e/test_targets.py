@@ -91,10 +91,10 @@ class TargetsEndToEnd(unittest.TestCase):
 
     def test_connection_ends_per_client(self):
         """Every request carries its connection's two ends. curl bound to 127.0.0.3 (HTTP/2, three
-        requests on one connection) and to 127.0.0.4 (HTTP/1.1, two), each from a fixed source
-        port and with its own service account: /debug/clients names exactly those peers, and the
-        server's own address, per client. (HTTP/2 ends are read in BPF; HTTP/1.1 ends from the
-        target's memory.)"""
+        requests on one connection), to 127.0.0.4 (HTTP/1.1, two) and to 127.0.0.5 (HTTP/1.1 with
+        a client certificate, two), each from a fixed source port and with its own identity:
+        /debug/clients names exactly those peers, and the server's own address, per client.
+        (HTTP/2 ends are read in BPF; HTTP/1.1 ends from the target's memory.)"""
         c = self.cluster
         agent = self.start_agent(["--pid", str(c.apiserver_pid)])
         agent.wait_attached(1)
@@ -102,19 +102,27 @@ class TargetsEndToEnd(unittest.TestCase):
         server_port = urllib.parse.urlsplit(c.base_url).port
         url = c.base_url + "/api/v1/namespaces/default/configmaps"
         expected = {}
-        for sa, protocol, source_ip, requests in (("h2-caller", "--http2", "127.0.0.3", 3),
-                                                  ("h1-caller", "--http1.1", "127.0.0.4", 2)):
-            with open(c.mint_token("default", sa)) as f:
-                token = f.read().strip()
+        # Two service accounts by token, and a certificate user over HTTP/1.1 (its certificate is
+        # read from the target's memory; HTTP/2's is found by the BPF program).
+        cert, key = c.client_cert("h1-cert-user", orgs=("team-a",))
+        for client, protocol, source_ip, requests in (
+                ("system:serviceaccount:default:h2-caller", "--http2", "127.0.0.3", 3),
+                ("system:serviceaccount:default:h1-caller", "--http1.1", "127.0.0.4", 2),
+                ("h1-cert-user", "--http1.1", "127.0.0.5", 2)):
+            if client.startswith("system:serviceaccount:"):
+                with open(c.mint_token("default", client.rsplit(":", 1)[1])) as f:
+                    credentials = ["-H", "Authorization: Bearer " + f.read().strip()]
+            else:
+                credentials = ["--cert", cert, "--key", key]
             source_port = free_port()
             r = subprocess.run(["curl", "-sS", "-w", "%{http_version}\n", protocol,
                                 "--interface", source_ip, "--local-port", str(source_port),
-                                "--cacert", c.ca_file, "-H", "Authorization: Bearer " + token,
+                                "--cacert", c.ca_file, *credentials,
                                 *["-o", "/dev/null", url] * requests],
                                capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout.split(), ["2" if protocol == "--http2" else "1.1"] * requests)
-            expected["system:serviceaccount:default:" + sa] = {
+            expected[client] = {
                 "requests": requests,
                 "peers": [{"ip": source_ip, "requests": requests,
                            "last_peer": "%s:%d" % (source_ip, source_port),

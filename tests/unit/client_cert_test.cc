@@ -72,7 +72,7 @@ struct FakeGoSlice {
   uint64_t ptr, len, cap;
 };
 
-TEST(ClientCert, ReaderFollowsGoPointersAndCachesPerConnection) {
+TEST(ClientCert, Http1ReaderFollowsGoPointers) {
   std::string der = MakeCertDer("/O=system:nodes/CN=system:node:master-1");
   GoTlsLayout layout{16, 152};
   alignas(8) uint8_t certificate[64] = {};   // x509.Certificate: Raw []byte first
@@ -82,33 +82,82 @@ TEST(ClientCert, ReaderFollowsGoPointersAndCachesPerConnection) {
   alignas(8) uint8_t tls_conn[256] = {};
   FakeGoSlice peers{reinterpret_cast<uint64_t>(peer_array), 1, 1};
   memcpy(tls_conn + 152, &peers, sizeof(peers));
-  alignas(8) uint8_t server_conn[64] = {};
+  alignas(8) uint8_t http_conn[64] = {};  // net/http.conn: rwc net.Conn at +16
   uint64_t iface[2] = {0x1234, reinterpret_cast<uint64_t>(tls_conn)};
-  memcpy(server_conn + 16, iface, sizeof(iface));
+  memcpy(http_conn + 16, iface, sizeof(iface));
 
   ClientCertReader reader;
-  auto s = reader.Read(getpid(), reinterpret_cast<uint64_t>(server_conn), layout);
+  auto s = reader.ReadConnection(getpid(), reinterpret_cast<uint64_t>(http_conn) + 16, layout);
   ASSERT_TRUE(s);
   EXPECT_EQ(s->common_name, "system:node:master-1");
   EXPECT_EQ(s->organizations, (std::vector<std::string>{"system:nodes"}));
 
-  // Cached per connection: the certificate is not re-read while the tls.Conn is the same...
-  raw.len = 3;
-  memcpy(certificate, &raw, sizeof(raw));
-  EXPECT_EQ(reader.Read(getpid(), reinterpret_cast<uint64_t>(server_conn), layout)->common_name,
-            "system:node:master-1");
-  // ...and a new connection at the same address (another tls.Conn) is read afresh.
-  alignas(8) uint8_t other_tls[256] = {};  // no peer certificates: a token client
-  iface[1] = reinterpret_cast<uint64_t>(other_tls);
-  memcpy(server_conn + 16, iface, sizeof(iface));
-  EXPECT_FALSE(reader.Read(getpid(), reinterpret_cast<uint64_t>(server_conn), layout));
+  // A connection without a client certificate (a token client): nothing, and no error.
+  alignas(8) uint8_t token_tls[256] = {};
+  iface[1] = reinterpret_cast<uint64_t>(token_tls);
+  memcpy(http_conn + 16, iface, sizeof(iface));
+  EXPECT_FALSE(reader.ReadConnection(getpid(), reinterpret_cast<uint64_t>(http_conn) + 16, layout));
   EXPECT_EQ(reader.read_errors(), 0u);
 
   // A dangling pointer is an error counted, not a crash.
   uint64_t bad_iface[2] = {0x1234, 0x10};
-  memcpy(server_conn + 16, bad_iface, sizeof(bad_iface));
-  EXPECT_FALSE(reader.Read(getpid(), reinterpret_cast<uint64_t>(server_conn), layout));
+  memcpy(http_conn + 16, bad_iface, sizeof(bad_iface));
+  EXPECT_FALSE(reader.ReadConnection(getpid(), reinterpret_cast<uint64_t>(http_conn) + 16, layout));
   EXPECT_EQ(reader.read_errors(), 1u);
+}
+
+TEST(ClientCert, CachedByLocationAndValidatedByTheSignatureTail) {
+  std::string first = MakeCertDer("/O=system:masters/CN=kubernetes-admin");
+  // Same-length subject; a random serial may still encode a byte shorter (1 in 128): retry.
+  std::string second;
+  for (int i = 0; i < 8 && second.size() != first.size(); ++i) {
+    second = MakeCertDer("/O=system:nodes00/CN=kubernetes-alice");
+  }
+  ASSERT_EQ(first.size(), second.size()) << "same-shaped certificates: the case a length check misses";
+  std::string memory = first;  // the target's memory where the BPF program found the DER
+  CertLocation where{reinterpret_cast<uint64_t>(memory.data()), static_cast<uint32_t>(memory.size())};
+
+  ClientCertReader reader;
+  EXPECT_EQ(reader.ReadDer(getpid(), where)->common_name, "kubernetes-admin");
+  // Cached: a change before the tail is not re-parsed (proof the cache answered)...
+  memory[memory.size() / 2] ^= 0x55;
+  EXPECT_EQ(reader.ReadDer(getpid(), where)->common_name, "kubernetes-admin");
+  // ...but another certificate at the same address and length (a new connection in a closed
+  // one's memory) is read afresh.
+  memory = second;
+  where.der = reinterpret_cast<uint64_t>(memory.data());
+  auto s = reader.ReadDer(getpid(), where);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->common_name, "kubernetes-alice");
+  EXPECT_EQ(s->organizations, (std::vector<std::string>{"system:nodes00"}));
+  EXPECT_EQ(reader.read_errors(), 0u);
+
+  // Unreadable or not a certificate: counted, nothing cached.
+  EXPECT_FALSE(reader.ReadDer(getpid(), {0x10, 800}));
+  std::string junk(600, 'x');
+  EXPECT_FALSE(reader.ReadDer(getpid(), {reinterpret_cast<uint64_t>(junk.data()), 600}));
+  EXPECT_EQ(reader.read_errors(), 2u);
+}
+
+TEST(ClientCert, IdentityOnlyFromTheBpfLocationForHttp2) {
+  std::string der = MakeCertDer("/O=system:masters/CN=kubernetes-admin");
+  ClientCertIdentities identities;
+  identities.SetTarget(getpid(), "go1.21.13");
+  RequestConnection h2{.pid = static_cast<uint32_t>(getpid()), .conn = 0xdead0000,
+                       .client_cert_der = reinterpret_cast<uint64_t>(der.data()),
+                       .client_cert_der_len = static_cast<uint32_t>(der.size())};
+  auto id = identities.Lookup(h2);
+  ASSERT_TRUE(id);
+  EXPECT_EQ(id->user, "kubernetes-admin");
+  EXPECT_TRUE(id->system_masters);
+  // No location (a token, or no certificate): the *serverConn is never followed from user space.
+  h2.client_cert_der = 0;
+  EXPECT_FALSE(identities.Lookup(h2));
+  EXPECT_EQ(identities.read_errors(), 0u);
+  // A process whose Go release has no proven tls.Conn layout: no lookups at all.
+  identities.SetTarget(getpid(), "go1.24.0");
+  h2.client_cert_der = reinterpret_cast<uint64_t>(der.data());
+  EXPECT_FALSE(identities.Lookup(h2));
 }
 
 }  // namespace

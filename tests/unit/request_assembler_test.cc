@@ -79,8 +79,21 @@ TEST(H2Events, ConnectionAddressesReachTheRecord) {
   EXPECT_EQ(req.peer_address, "10.244.1.7:51234");
   EXPECT_EQ(req.local_address, "[fd00::1]:6443");
 
-  RequestAssembler assembler([](uint32_t, uint64_t, std::string_view, std::string_view) { return Identity{}; });
-  assembler.OnRequest(req);
+  // The resolver gets the connection, with where BPF found its client certificate.
+  fixed.client_cert_der = 0x7f0000001000;
+  fixed.client_cert_der_len = 812;
+  std::memcpy(bytes.data(), &fixed, offsetof(sw_h2_request, data));
+  RequestConnection seen;
+  RequestAssembler assembler([&](const RequestConnection& c, std::string_view, std::string_view) {
+    seen = c;
+    return Identity{};
+  });
+  assembler.OnRequest(std::get<H2RequestEvent>(*DecodeCaptureEvent(bytes)));
+  EXPECT_EQ(seen.pid, 7u);
+  EXPECT_EQ(seen.conn, 0xc000100000u);
+  EXPECT_FALSE(seen.http1);
+  EXPECT_EQ(seen.client_cert_der, 0x7f0000001000u);
+  EXPECT_EQ(seen.client_cert_der_len, 812u);
   auto record = assembler.OnResponse(std::get<H2ResponseEvent>(
       *DecodeCaptureEvent(ResponseBytes(7, 0xc000100000, 3, 2000, 200, 10))));
   ASSERT_TRUE(record);
@@ -124,7 +137,7 @@ TEST(H2Events, RejectsMalformedEvents) {
   EXPECT_FALSE(DecodeCaptureEvent(unknown).ok());
 }
 
-Identity FakeResolver(uint32_t, uint64_t, std::string_view authorization,
+Identity FakeResolver(const RequestConnection&, std::string_view authorization,
                       std::string_view user_agent) {
   Identity id;
   id.user = authorization.empty() ? "system:anonymous" : "user-of-" + std::string(authorization.substr(7, 3));

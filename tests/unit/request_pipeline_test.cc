@@ -211,11 +211,11 @@ TEST_F(PipelineTest, EtcdTrafficIsNotApiserverTraffic) {
   EXPECT_EQ(RoleOfExecutable("kube-apiserver"), TargetRole::kApiServer);
 }
 
-// A certificate read from the target after the request may belong to a newer connection at a
-// reused address, so it names only requests without a token.
+// The BPF program looks for a certificate only on requests without a token, so a token names
+// its request.
 TEST(PipelineIdentity, CertificateNamesTokenlessRequestsOnly) {
   PrometheusExporter exporter;
-  auto cert_identity = [](uint32_t, uint64_t) -> std::optional<Identity> {
+  auto cert_identity = [](const RequestConnection&) -> std::optional<Identity> {
     Identity id;
     id.kind = Identity::Kind::kUser;
     id.user = "kubernetes-admin";
