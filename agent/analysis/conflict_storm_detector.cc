@@ -57,10 +57,7 @@ void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
         fresh.first_seen_s = now_ns / kNsPerSecond;
         return fresh;
       },
-      [&](const std::string&, Entry& victim) {
-        // A firing storm must still end with exactly one Resolved.
-        if (victim.firing) pending_.push_back({StormState::kResolved, now_ns, victim.live});
-      });
+      [&](const std::string&, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
   e.identity.user_agent = r.identity.user_agent;
   e.writes.Add(now_ns);
   if (status) e.status_writes.Add(now_ns);
@@ -152,15 +149,14 @@ StormEvidence ConflictStormDetector::BuildEvidence(
 }
 
 std::vector<StormTransition> ConflictStormDetector::Evaluate(int64_t now_ns) {
-  std::vector<StormTransition> out = std::move(pending_);
-  pending_.clear();
+  std::vector<StormTransition> out = evicted_.Take();
   const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
 
   // Which keys need evidence (firing now or already), then their most contended objects in
   // one pass over the objects.
   std::unordered_map<std::string, std::vector<const ContendedObject*>> top;
   for (const auto& [key, e] : entries_) {
-    if (e.firing || Holds(e, last)) top.emplace(key, std::vector<const ContendedObject*>{});
+    if (e.alert.firing() || Holds(e, last)) top.emplace(key, std::vector<const ContendedObject*>{});
   }
   if (top.empty()) return out;
   const int n = config_.sustain_s;
@@ -181,38 +177,23 @@ std::vector<StormTransition> ConflictStormDetector::Evaluate(int64_t now_ns) {
   for (auto& [key, e] : entries_) {
     auto it = top.find(key);
     if (it == top.end()) continue;
-    if (!e.firing) {
-      e.firing = true;
-      e.live = BuildEvidence(e, last, now_ns, it->second);
+    if (!e.alert.firing()) {
       // Since the first second of the window that saw a 409.
       int64_t since = last - n + 1;
       while (since < last && e.conflicts.At(since) <= 0) ++since;
-      e.live.since_ns = since * kNsPerSecond;
-      out.push_back({StormState::kFiring, now_ns, e.live});
-      continue;
+      out.push_back(
+          e.alert.Fire(BuildEvidence(e, last, now_ns, it->second), since * kNsPerSecond, now_ns));
+    } else if (HeldFor(last, config_.resolve_s, [&](int64_t s) { return Calm(e, s); })) {
+      out.push_back(e.alert.Resolve(now_ns));
+    } else {
+      e.alert.Refresh(BuildEvidence(e, last, now_ns, it->second));
     }
-    int calm = 0;
-    while (calm < config_.resolve_s && Calm(e, last - calm)) ++calm;
-    if (calm >= config_.resolve_s) {
-      e.firing = false;
-      out.push_back({StormState::kResolved, now_ns, e.live});
-      continue;
-    }
-    StormEvidence ev = BuildEvidence(e, last, now_ns, it->second);
-    ev.identity = e.live.identity;  // the alert's labels stay those it fired with
-    ev.since_ns = e.live.since_ns;
-    ev.fired_ns = e.live.fired_ns;
-    e.live = std::move(ev);
   }
   return out;
 }
 
 std::vector<StormEvidence> ConflictStormDetector::Active() const {
-  std::vector<StormEvidence> active;
-  for (const auto& [key, e] : entries_) {
-    if (e.firing) active.push_back(e.live);
-  }
-  return active;
+  return ActiveEvidence(entries_, &Entry::alert);
 }
 
 DetectorStats ConflictStormDetector::Stats() const {

@@ -19,6 +19,7 @@
 #include "agent/analysis/bounded_lru.h"
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/storm.h"
+#include "agent/analysis/storm_lifecycle.h"
 
 namespace stormwatch {
 
@@ -51,8 +52,7 @@ class ConflictStormDetector final : public StormDetector {
     SecondBuckets conflicts;
     SecondBuckets status_writes;     // the /status share of the two above
     SecondBuckets status_conflicts;
-    bool firing = false;
-    StormEvidence live;  // refreshed by each Evaluate while firing
+    StormAlert alert{ResolvedEvidence::kLatest};
   };
   struct ContendedObject {
     explicit ContendedObject(size_t ring) : conflicts(ring) {}
@@ -71,7 +71,7 @@ class ConflictStormDetector final : public StormDetector {
   size_t ring_;
   BoundedLru<std::string, Entry> entries_;
   BoundedLru<std::string, ContendedObject> objects_;  // touched on 409s only
-  std::vector<StormTransition> pending_;  // Resolved of firing keys that were evicted
+  EvictedAlerts evicted_;
   uint64_t observed_ = 0;
 };
 

@@ -61,10 +61,7 @@ void EtcdRangeStormDetector::ObserveEtcd(const RequestRecord& r, int64_t now_ns)
         fresh.resource = r.info.resource;
         return fresh;
       },
-      [&](const std::string&, Prefix& victim) {
-        // A firing storm must still end with exactly one Resolved.
-        if (victim.firing) pending_.push_back({StormState::kResolved, now_ns, victim.live});
-      });
+      [&](const std::string&, Prefix& victim) { evicted_.Evict(victim.alert, now_ns); });
   p.ranges.Add(now_ns);
   p.bytes.Add(now_ns, static_cast<double>(r.response_bytes));
   if (r.end_ns >= r.start_ns) p.latency_ns.Add(now_ns, static_cast<double>(r.end_ns - r.start_ns));
@@ -176,43 +173,27 @@ StormEvidence EtcdRangeStormDetector::BuildEvidence(const Prefix& p, int64_t las
 }
 
 std::vector<StormTransition> EtcdRangeStormDetector::Evaluate(int64_t now_ns) {
-  std::vector<StormTransition> out = std::move(pending_);
-  pending_.clear();
+  std::vector<StormTransition> out = evicted_.Take();
   const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
   const int limit = static_cast<int>(ring_) - 1;
   for (auto& [key, p] : prefixes_) {
-    if (!p.firing) {
-      int run = 0;
-      while (run < limit && Stormy(p, last - run)) ++run;
+    auto stormy = [&](int64_t s) { return Stormy(p, s); };
+    if (!p.alert.firing()) {
+      const int run = TrailingRun(last, limit, stormy);
       if (run < config_.sustain_s) continue;
-      p.firing = true;
-      p.live = BuildEvidence(p, last, now_ns);
-      p.live.since_ns = (last - run + 1) * kNsPerSecond;
-      out.push_back({StormState::kFiring, now_ns, p.live});
-      continue;
+      out.push_back(
+          p.alert.Fire(BuildEvidence(p, last, now_ns), (last - run + 1) * kNsPerSecond, now_ns));
+    } else if (HeldFor(last, config_.resolve_s, [&](int64_t s) { return !stormy(s); })) {
+      out.push_back(p.alert.Resolve(now_ns));
+    } else {
+      p.alert.Refresh(BuildEvidence(p, last, now_ns));
     }
-    int calm = 0;
-    while (calm < config_.resolve_s && !Stormy(p, last - calm)) ++calm;
-    if (calm >= config_.resolve_s) {
-      p.firing = false;
-      out.push_back({StormState::kResolved, now_ns, p.live});
-      continue;
-    }
-    StormEvidence ev = BuildEvidence(p, last, now_ns);
-    ev.identity = p.live.identity;  // the alert's labels stay those it fired with
-    ev.since_ns = p.live.since_ns;
-    ev.fired_ns = p.live.fired_ns;
-    p.live = std::move(ev);
   }
   return out;
 }
 
 std::vector<StormEvidence> EtcdRangeStormDetector::Active() const {
-  std::vector<StormEvidence> active;
-  for (const auto& [key, p] : prefixes_) {
-    if (p.firing) active.push_back(p.live);
-  }
-  return active;
+  return ActiveEvidence(prefixes_, &Prefix::alert);
 }
 
 DetectorStats EtcdRangeStormDetector::Stats() const {

@@ -21,6 +21,7 @@
 #include "agent/analysis/bounded_lru.h"
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/storm.h"
+#include "agent/analysis/storm_lifecycle.h"
 
 namespace stormwatch {
 
@@ -57,8 +58,7 @@ class EtcdRangeStormDetector final : public StormDetector {
     SecondBuckets bytes;
     SecondBuckets latency_ns;  // summed over the second's calls
     std::vector<EtcdClient> clients;  // a few at most
-    bool firing = false;
-    StormEvidence live;  // refreshed by each Evaluate while firing
+    StormAlert alert{ResolvedEvidence::kLatest};
   };
   struct ListClient {
     explicit ListClient(size_t ring) : lists(ring) {}
@@ -74,7 +74,7 @@ class EtcdRangeStormDetector final : public StormDetector {
   size_t ring_;
   BoundedLru<std::string, Prefix> prefixes_;
   BoundedLru<std::string, ListClient> list_clients_;
-  std::vector<StormTransition> pending_;  // Resolved of firing prefixes that were evicted
+  EvictedAlerts evicted_;
   uint64_t observed_ = 0;
 };
 

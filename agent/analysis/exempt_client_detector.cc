@@ -47,14 +47,8 @@ void ExemptClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
         fresh.first_seen_ns = now_ns;
         return fresh;
       },
-      [&](const std::string&, const Entry& victim) {
-        if (victim.firing) pending_.push_back({StormState::kResolved, now_ns, victim.fired});
-      });
-  if (e.identity.user_agent != r.identity.user_agent) {
-    e.identity.user_agent = r.identity.user_agent;
-    e.identity.component = r.identity.component;
-    e.identity.component_version = r.identity.component_version;
-  }
+      [&](const std::string&, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
+  KeepLatestUserAgent(e.identity, r.identity);
   if (by_masters) {
     e.identity.system_masters = true;
     if (e.identity.groups.empty()) e.identity.groups = r.identity.groups;
@@ -130,14 +124,13 @@ StormEvidence ExemptClientDetector::BuildEvidence(const Entry& e, int64_t last) 
 }
 
 std::vector<StormTransition> ExemptClientDetector::Evaluate(int64_t now_ns) {
-  std::vector<StormTransition> out = std::move(pending_);
-  pending_.clear();
+  std::vector<StormTransition> out = evicted_.Take();
   const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
   const double rate = config_.escalate_rate;
 
   for (auto it = clients_.begin(); it != clients_.end();) {
     Entry& e = it->second;
-    if (!e.firing) {
+    if (!e.alert.firing()) {
       if (e.last_seen_ns < now_ns - config_.active_window_s * kNsPerSecond) {
         it = clients_.Erase(it);  // gone quiet: forgotten, its tallies start afresh
         continue;
@@ -148,30 +141,14 @@ std::vector<StormTransition> ExemptClientDetector::Evaluate(int64_t now_ns) {
                e.requests.At(since - 1) >= rate) {
           --since;
         }
-        StormEvidence ev = BuildEvidence(e, last);
-        ev.since_ns = std::max(since * kNsPerSecond, e.first_seen_ns);
-        ev.fired_ns = now_ns;
-        e.firing = true;
-        e.fired = ev;
-        e.live = ev;
-        out.push_back({StormState::kFiring, now_ns, std::move(ev)});
+        out.push_back(e.alert.Fire(BuildEvidence(e, last),
+                                   std::max(since * kNsPerSecond, e.first_seen_ns), now_ns));
       }
-      ++it;
-      continue;
-    }
-
-    bool calm = true;
-    for (int64_t s = last - config_.resolve_s + 1; s <= last && calm; ++s) {
-      calm = e.requests.At(s) < rate;
-    }
-    if (calm) {
-      e.firing = false;
-      out.push_back({StormState::kResolved, now_ns, e.fired});
+    } else if (HeldFor(last, config_.resolve_s,
+                       [&](int64_t s) { return e.requests.At(s) < rate; })) {
+      out.push_back(e.alert.Resolve(now_ns));
     } else {
-      StormEvidence ev = BuildEvidence(e, last);
-      ev.since_ns = e.fired.since_ns;
-      ev.fired_ns = e.fired.fired_ns;
-      e.live = std::move(ev);
+      e.alert.Refresh(BuildEvidence(e, last));
     }
     ++it;
   }
@@ -179,11 +156,7 @@ std::vector<StormTransition> ExemptClientDetector::Evaluate(int64_t now_ns) {
 }
 
 std::vector<StormEvidence> ExemptClientDetector::Active() const {
-  std::vector<StormEvidence> active;
-  for (const auto& [user, e] : clients_) {
-    if (e.firing) active.push_back(e.live);
-  }
-  return active;
+  return ActiveEvidence(clients_, &Entry::alert);
 }
 
 DetectorStats ExemptClientDetector::Stats() const {

@@ -20,6 +20,7 @@
 #include "agent/analysis/bounded_lru.h"
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/storm.h"
+#include "agent/analysis/storm_lifecycle.h"
 #include "agent/analysis/tally.h"
 
 namespace stormwatch {
@@ -70,9 +71,7 @@ class ExemptClientDetector final : public StormDetector {
     Tally verbs{8};
     Tally resources{8};
     Tally flow_schemas{4};
-    bool firing = false;
-    StormEvidence fired;
-    StormEvidence live;
+    StormAlert alert{ResolvedEvidence::kAsFired};
   };
 
   std::string Reason(const Entry& e) const;
@@ -80,7 +79,7 @@ class ExemptClientDetector final : public StormDetector {
 
   ExemptClientConfig config_;
   BoundedLru<std::string, Entry> clients_;
-  std::vector<StormTransition> pending_;  // Resolved of firing clients that were evicted
+  EvictedAlerts evicted_;
   uint64_t observed_ = 0;
 };
 

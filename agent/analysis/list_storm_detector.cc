@@ -59,15 +59,8 @@ void ListStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
         fresh.first_seen_ns = now_ns;
         return fresh;
       },
-      [&](const std::string&, const Entry& victim) {
-        // A firing storm must still end with exactly one Resolved.
-        if (victim.firing) pending_.push_back({StormState::kResolved, now_ns, victim.fired});
-      });
-  if (e.identity.user_agent != r.identity.user_agent) {
-    e.identity.user_agent = r.identity.user_agent;
-    e.identity.component = r.identity.component;
-    e.identity.component_version = r.identity.component_version;
-  }
+      [&](const std::string&, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
+  KeepLatestUserAgent(e.identity, r.identity);
   if (r.identity.system_masters) e.identity.system_masters = true;
   if (e.identity.groups.empty() && !r.identity.groups.empty()) e.identity.groups = r.identity.groups;
   if (!r.response.priority_level.empty()) e.priority_levels.Add(r.response.priority_level);
@@ -168,50 +161,30 @@ StormEvidence ListStormDetector::BuildEvidence(const Entry& e, const Second& w) 
 }
 
 std::vector<StormTransition> ListStormDetector::Evaluate(int64_t now_ns) {
-  std::vector<StormTransition> out = std::move(pending_);
-  pending_.clear();
+  std::vector<StormTransition> out = evicted_.Take();
   const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
   const int64_t window_start = last - config_.sustain_s + 1;
 
   for (auto& [key, e] : entries_) {
-    if (!e.firing) {
+    if (!e.alert.firing()) {
       // The key must exist for the whole window: a short burst is never averaged over less.
       if (e.first_seen_ns / kNsPerSecond > window_start) continue;
       const Second window = WindowSum(e, last);
       if (!Heavy(window)) continue;
-      StormEvidence ev = BuildEvidence(e, window);
-      ev.since_ns = std::max(window_start * kNsPerSecond, e.first_seen_ns);
-      ev.fired_ns = now_ns;
-      e.firing = true;
-      e.fired = ev;
-      e.live = ev;
-      out.push_back({StormState::kFiring, now_ns, std::move(ev)});
-      continue;
+      out.push_back(e.alert.Fire(BuildEvidence(e, window),
+                                 std::max(window_start * kNsPerSecond, e.first_seen_ns), now_ns));
+    } else if (HeldFor(last, config_.resolve_s,
+                       [&](int64_t s) { return !Heavy(WindowSum(e, s)); })) {
+      out.push_back(e.alert.Resolve(now_ns));
+    } else {
+      e.alert.Refresh(BuildEvidence(e, WindowSum(e, last)));
     }
-
-    bool calm = true;
-    for (int64_t s = last - config_.resolve_s + 1; s <= last && calm; ++s) {
-      calm = !Heavy(WindowSum(e, s));
-    }
-    if (calm) {
-      e.firing = false;
-      out.push_back({StormState::kResolved, now_ns, e.fired});
-      continue;
-    }
-    StormEvidence ev = BuildEvidence(e, WindowSum(e, last));
-    ev.since_ns = e.fired.since_ns;
-    ev.fired_ns = e.fired.fired_ns;
-    e.live = std::move(ev);
   }
   return out;
 }
 
 std::vector<StormEvidence> ListStormDetector::Active() const {
-  std::vector<StormEvidence> active;
-  for (const auto& [key, e] : entries_) {
-    if (e.firing) active.push_back(e.live);
-  }
-  return active;
+  return ActiveEvidence(entries_, &Entry::alert);
 }
 
 DetectorStats ListStormDetector::Stats() const {

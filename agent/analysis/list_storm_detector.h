@@ -19,6 +19,7 @@
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/second_ring.h"
 #include "agent/analysis/storm.h"
+#include "agent/analysis/storm_lifecycle.h"
 #include "agent/analysis/tally.h"
 
 namespace stormwatch {
@@ -65,9 +66,7 @@ class ListStormDetector final : public StormDetector {
     SecondRing<Second> seconds;
     Tally priority_levels{4};
     Tally flow_schemas{4};
-    bool firing = false;
-    StormEvidence fired;  // at Firing; Resolved repeats it
-    StormEvidence live;   // refreshed by each Evaluate while firing
+    StormAlert alert{ResolvedEvidence::kAsFired};
   };
 
   Second WindowSum(const Entry& e, int64_t last) const;
@@ -76,7 +75,7 @@ class ListStormDetector final : public StormDetector {
 
   ListStormConfig config_;
   BoundedLru<std::string, Entry> entries_;
-  std::vector<StormTransition> pending_;  // Resolved of firing keys that were evicted
+  EvictedAlerts evicted_;
   uint64_t observed_ = 0;
 };
 

@@ -61,14 +61,8 @@ void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
         fresh.resource = r.info.resource;
         return fresh;
       },
-      [&](const std::string&, const Entry& victim) {
-        if (victim.firing) pending_.push_back({StormState::kResolved, now_ns, victim.fired});
-      });
-  if (e.identity.user_agent != r.identity.user_agent) {
-    e.identity.user_agent = r.identity.user_agent;
-    e.identity.component = r.identity.component;
-    e.identity.component_version = r.identity.component_version;
-  }
+      [&](const std::string&, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
+  KeepLatestUserAgent(e.identity, r.identity);
   Informer& informer =
       informers_.FindOrInsert(informer_key, [] { return Informer{}; }, [](auto&, auto&) {});
   Second* second = e.seconds.Slot(start_ns / kNsPerSecond);  // nullptr: began too long ago
@@ -186,50 +180,29 @@ StormEvidence RelistChurnDetector::BuildEvidence(const Entry& e, const Window& w
 }
 
 std::vector<StormTransition> RelistChurnDetector::Evaluate(int64_t now_ns) {
-  std::vector<StormTransition> out = std::move(pending_);
-  pending_.clear();
+  std::vector<StormTransition> out = evicted_.Take();
   const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
 
   for (auto& [key, e] : entries_) {
-    if (!e.firing) {
+    if (!e.alert.firing()) {
       const Window w = WindowSum(e, last);
       if (!Churning(w)) continue;
-      StormEvidence ev = BuildEvidence(e, w, last);
       // The churn began at the window's first second holding a new watch.
       int64_t since = last - config_.window_s + 1;
       while (since < last && e.seconds.At(since).watches == 0) ++since;
-      ev.since_ns = since * kNsPerSecond;
-      ev.fired_ns = now_ns;
-      e.firing = true;
-      e.fired = ev;
-      e.live = ev;
-      out.push_back({StormState::kFiring, now_ns, std::move(ev)});
-      continue;
+      out.push_back(e.alert.Fire(BuildEvidence(e, w, last), since * kNsPerSecond, now_ns));
+    } else if (HeldFor(last, config_.resolve_s,
+                       [&](int64_t s) { return !Churning(WindowSum(e, s)); })) {
+      out.push_back(e.alert.Resolve(now_ns));
+    } else {
+      e.alert.Refresh(BuildEvidence(e, WindowSum(e, last), last));
     }
-
-    bool calm = true;
-    for (int64_t s = last - config_.resolve_s + 1; s <= last && calm; ++s) {
-      calm = !Churning(WindowSum(e, s));
-    }
-    if (calm) {
-      e.firing = false;
-      out.push_back({StormState::kResolved, now_ns, e.fired});
-      continue;
-    }
-    StormEvidence ev = BuildEvidence(e, WindowSum(e, last), last);
-    ev.since_ns = e.fired.since_ns;
-    ev.fired_ns = e.fired.fired_ns;
-    e.live = std::move(ev);
   }
   return out;
 }
 
 std::vector<StormEvidence> RelistChurnDetector::Active() const {
-  std::vector<StormEvidence> active;
-  for (const auto& [key, e] : entries_) {
-    if (e.firing) active.push_back(e.live);
-  }
-  return active;
+  return ActiveEvidence(entries_, &Entry::alert);
 }
 
 DetectorStats RelistChurnDetector::Stats() const {

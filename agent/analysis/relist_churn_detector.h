@@ -23,6 +23,7 @@
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/second_ring.h"
 #include "agent/analysis/storm.h"
+#include "agent/analysis/storm_lifecycle.h"
 
 namespace stormwatch {
 
@@ -70,9 +71,7 @@ class RelistChurnDetector final : public StormDetector {
     std::string relist_namespace;  // namespace and selectors of the last informer that relisted
     std::string relist_label_selector;
     std::string relist_field_selector;
-    bool firing = false;
-    StormEvidence fired;
-    StormEvidence live;
+    StormAlert alert{ResolvedEvidence::kAsFired};
   };
   struct Informer {
     int64_t list_start_ns = -1;  // a full LIST not yet followed by a WATCH
@@ -91,7 +90,7 @@ class RelistChurnDetector final : public StormDetector {
   RelistChurnConfig config_;
   BoundedLru<std::string, Entry> entries_;
   BoundedLru<std::string, Informer> informers_;
-  std::vector<StormTransition> pending_;  // Resolved of firing keys that were evicted
+  EvictedAlerts evicted_;
   uint64_t observed_ = 0;
 };
 

@@ -1,6 +1,6 @@
 // Per-second values of a small struct of counters over the last `seconds` whole seconds, in a
-// fixed ring: SecondBuckets for detectors that count several things per second. Seconds are
-// absolute (monotonic ns / 1e9). Not thread-safe.
+// fixed ring, for detectors that count several things per second (SecondBuckets, storm.h, is
+// the one-count case). Seconds are absolute (monotonic ns / 1e9). Not thread-safe.
 #pragma once
 
 #include <algorithm>

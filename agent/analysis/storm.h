@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/analysis/second_ring.h"
 #include "agent/core/request_record.h"
 
 namespace stormwatch {
@@ -31,6 +32,15 @@ struct AllowList {
     return false;
   }
 };
+
+// Keeps a tracked client's identity as last seen: the user agent, and the component parsed
+// from it, may change between requests of one key.
+inline void KeepLatestUserAgent(Identity& kept, const Identity& seen) {
+  if (kept.user_agent == seen.user_agent) return;
+  kept.user_agent = seen.user_agent;
+  kept.component = seen.component;
+  kept.component_version = seen.component_version;
+}
 
 enum class StormState {
   kFiring,    // the condition held long enough: one alert
@@ -85,17 +95,12 @@ inline constexpr int64_t kNsPerSecond = 1'000'000'000;
 // key whatever the rate. Seconds are absolute (now_ns / 1e9).
 class SecondBuckets {
  public:
-  explicit SecondBuckets(size_t seconds = 16) : counts_(seconds, 0.0) {}
+  explicit SecondBuckets(size_t seconds = 16) : counts_(seconds) {}
   void Add(int64_t now_ns, double amount = 1.0) {
-    int64_t s = now_ns / kNsPerSecond;
-    Advance(s);
-    if (s > head_ - static_cast<int64_t>(counts_.size())) counts_[Index(s)] += amount;
+    if (double* count = counts_.Slot(now_ns / kNsPerSecond)) *count += amount;
   }
   // The count of second `s` (0 when outside the window).
-  double At(int64_t s) const {
-    if (s > head_ || s <= head_ - static_cast<int64_t>(counts_.size())) return 0;
-    return counts_[Index(s)];
-  }
+  double At(int64_t s) const { return counts_.At(s); }
   // Sum over seconds [last - n + 1, last].
   double Sum(int64_t last, int n) const {
     double total = 0;
@@ -104,27 +109,16 @@ class SecondBuckets {
   }
   // True when each of the `n` seconds ending at `last` holds >= threshold.
   bool EachAtLeast(int64_t last, int n, double threshold) const {
-    if (n > static_cast<int>(counts_.size())) return false;
+    if (n > static_cast<int>(counts_.seconds())) return false;
     for (int i = 0; i < n; ++i) {
       if (At(last - i) < threshold) return false;
     }
     return true;
   }
-  size_t seconds() const { return counts_.size(); }
+  size_t seconds() const { return counts_.seconds(); }
 
  private:
-  size_t Index(int64_t s) const {
-    int64_t n = static_cast<int64_t>(counts_.size());
-    return static_cast<size_t>(((s % n) + n) % n);
-  }
-  void Advance(int64_t s) {
-    if (s <= head_) return;
-    int64_t n = static_cast<int64_t>(counts_.size());
-    for (int64_t t = std::max(head_ + 1, s - n + 1); t <= s; ++t) counts_[Index(t)] = 0;
-    head_ = s;
-  }
-  std::vector<double> counts_;
-  int64_t head_ = INT64_MIN / 2;
+  SecondRing<double> counts_;
 };
 
 }  // namespace stormwatch

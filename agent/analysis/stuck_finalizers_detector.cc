@@ -58,10 +58,7 @@ StuckFinalizersDetector::Resource& StuckFinalizersDetector::TouchResource(
         fresh.resource = r.info.resource;
         return fresh;
       },
-      [&](const std::string&, Resource& victim) {
-        // A firing storm must still end with exactly one Resolved.
-        if (victim.firing) pending_.push_back({StormState::kResolved, now_ns, victim.live});
-      });
+      [&](const std::string&, Resource& victim) { evicted_.Evict(victim.alert, now_ns); });
 }
 
 void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r,
@@ -220,8 +217,7 @@ StormEvidence StuckFinalizersDetector::BuildEvidence(const Resource& res,
 }
 
 std::vector<StormTransition> StuckFinalizersDetector::Evaluate(int64_t now_ns) {
-  std::vector<StormTransition> out = std::move(pending_);
-  pending_.clear();
+  std::vector<StormTransition> out = evicted_.Take();
   const int64_t cutoff = now_ns - config_.stuck_after_s * kNsPerSecond;
   auto older = [](const Terminating* a, const Terminating* b) {
     if (a->since_ns != b->since_ns) return a->since_ns < b->since_ns;
@@ -255,39 +251,30 @@ std::vector<StormTransition> StuckFinalizersDetector::Evaluate(int64_t now_ns) {
   for (auto& [key, res] : resources_) {
     auto it = stuck.find(key);
     const Stuck* s = it != stuck.end() && it->second.count > 0 ? &it->second : nullptr;
-    if (!res.firing) {
+    if (!res.alert.firing()) {
       if (!s || s->count < static_cast<size_t>(config_.min_stuck_objects)) continue;
-      res.firing = true;
       res.calm_since_ns = -1;
-      res.live = BuildEvidence(res, key, *s, now_ns);
-      res.live.since_ns = s->oldest.front()->since_ns;
-      out.push_back({StormState::kFiring, now_ns, res.live});
+      out.push_back(res.alert.Fire(BuildEvidence(res, key, *s, now_ns),
+                                   s->oldest.front()->since_ns, now_ns));
       continue;
     }
     if (s) {
       res.calm_since_ns = -1;
-      StormEvidence ev = BuildEvidence(res, key, *s, now_ns);
-      ev.identity = res.live.identity;  // the alert's labels stay those it fired with
-      ev.since_ns = res.live.since_ns;
-      ev.fired_ns = res.live.fired_ns;
-      res.live = std::move(ev);
+      res.alert.Refresh(BuildEvidence(res, key, *s, now_ns));
       continue;
     }
+    // Calm from the first Evaluate that found nothing stuck: being stuck is a state, not a
+    // count per second.
     if (res.calm_since_ns < 0) res.calm_since_ns = now_ns;
     if (now_ns - res.calm_since_ns >= config_.resolve_s * kNsPerSecond) {
-      res.firing = false;
-      out.push_back({StormState::kResolved, now_ns, res.live});
+      out.push_back(res.alert.Resolve(now_ns));
     }
   }
   return out;
 }
 
 std::vector<StormEvidence> StuckFinalizersDetector::Active() const {
-  std::vector<StormEvidence> active;
-  for (const auto& [key, res] : resources_) {
-    if (res.firing) active.push_back(res.live);
-  }
-  return active;
+  return ActiveEvidence(resources_, &Resource::alert);
 }
 
 DetectorStats StuckFinalizersDetector::Stats() const {

@@ -27,6 +27,7 @@
 #include "agent/analysis/bounded_lru.h"
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/storm.h"
+#include "agent/analysis/storm_lifecycle.h"
 
 namespace stormwatch {
 
@@ -72,9 +73,8 @@ class StuckFinalizersDetector final : public StormDetector {
     std::string resource;
     SecondBuckets deletes;  // the last minute, for deletes/s
     int64_t last_delete_ns = INT64_MIN;
-    bool firing = false;
+    StormAlert alert{ResolvedEvidence::kLatest};
     int64_t calm_since_ns = -1;  // while firing: since when no object is stuck
-    StormEvidence live;
   };
   struct Stuck;  // per-resource aggregate of one Evaluate
 
@@ -91,7 +91,7 @@ class StuckFinalizersDetector final : public StormDetector {
   BoundedLru<std::string, LastWrite> last_writes_;    // by object
   BoundedLru<std::string, Writer> writers_;           // by (resource, identity)
   BoundedLru<std::string, Resource> resources_;
-  std::vector<StormTransition> pending_;  // Resolved of firing resources that were evicted
+  EvictedAlerts evicted_;
   uint64_t observed_ = 0;
   uint64_t orphans_dropped_ = 0;  // terminating objects whose resource was evicted
 };

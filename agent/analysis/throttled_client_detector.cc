@@ -14,14 +14,6 @@ constexpr size_t kTopResources = 3;
 
 double Round2(double v) { return std::round(v * 100) / 100; }
 
-// Consecutive seconds ending at `last` (going back, at most `limit`) for which pred holds.
-template <typename Pred>
-int TrailingRun(int64_t last, int limit, Pred pred) {
-  int run = 0;
-  while (run < limit && pred(last - run)) ++run;
-  return run;
-}
-
 }  // namespace
 
 double FlatClientGoLimit(const SecondBuckets& counts, int64_t last, int seconds,
@@ -82,10 +74,7 @@ void ThrottledClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
         fresh.identity = r.identity;
         return fresh;
       },
-      [&](const std::string&, Client& victim) {
-        // A firing storm must still end with exactly one Resolved.
-        if (victim.firing) pending_.push_back({StormState::kResolved, now_ns, victim.live});
-      });
+      [&](const std::string&, Client& victim) { evicted_.Evict(victim.alert, now_ns); });
   c.identity.user_agent = r.identity.user_agent;
   c.requests.Add(now_ns);
   if (!r.response.priority_level.empty()) c.priority_level = r.response.priority_level;
@@ -155,42 +144,26 @@ StormEvidence ThrottledClientDetector::BuildEvidence(const Client& c, int64_t la
 }
 
 std::vector<StormTransition> ThrottledClientDetector::Evaluate(int64_t now_ns) {
-  std::vector<StormTransition> out = std::move(pending_);
-  pending_.clear();
+  std::vector<StormTransition> out = evicted_.Take();
   const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
   const int limit = static_cast<int>(ring_) - 1;
   for (auto& [key, c] : clients_) {
     auto throttled_at = [&](int64_t s) { return c.throttled.At(s) >= config_.throttled_rate; };
-    if (!c.firing) {
+    if (!c.alert.firing()) {
       if (!c.throttled.EachAtLeast(last, config_.sustain_s, config_.throttled_rate)) continue;
-      c.firing = true;
-      c.live = BuildEvidence(c, last, now_ns);
-      c.live.since_ns = (last - TrailingRun(last, limit, throttled_at) + 1) * kNsPerSecond;
-      out.push_back({StormState::kFiring, now_ns, c.live});
-      continue;
+      const int64_t since = last - TrailingRun(last, limit, throttled_at) + 1;
+      out.push_back(c.alert.Fire(BuildEvidence(c, last, now_ns), since * kNsPerSecond, now_ns));
+    } else if (HeldFor(last, config_.resolve_s, [&](int64_t s) { return !throttled_at(s); })) {
+      out.push_back(c.alert.Resolve(now_ns));
+    } else {
+      c.alert.Refresh(BuildEvidence(c, last, now_ns));
     }
-    const int calm =
-        TrailingRun(last, config_.resolve_s, [&](int64_t s) { return !throttled_at(s); });
-    if (calm >= config_.resolve_s) {
-      c.firing = false;
-      out.push_back({StormState::kResolved, now_ns, c.live});
-      continue;
-    }
-    StormEvidence e = BuildEvidence(c, last, now_ns);
-    e.identity = c.live.identity;  // the alert's labels stay those it fired with
-    e.since_ns = c.live.since_ns;
-    e.fired_ns = c.live.fired_ns;
-    c.live = std::move(e);
   }
   return out;
 }
 
 std::vector<StormEvidence> ThrottledClientDetector::Active() const {
-  std::vector<StormEvidence> active;
-  for (const auto& [key, c] : clients_) {
-    if (c.firing) active.push_back(c.live);
-  }
-  return active;
+  return ActiveEvidence(clients_, &Client::alert);
 }
 
 DetectorStats ThrottledClientDetector::Stats() const {

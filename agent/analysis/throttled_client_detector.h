@@ -17,6 +17,7 @@
 #include "agent/analysis/bounded_lru.h"
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/storm.h"
+#include "agent/analysis/storm_lifecycle.h"
 
 namespace stormwatch {
 
@@ -65,8 +66,7 @@ class ThrottledClientDetector final : public StormDetector {
     int64_t last_throttled_s = INT64_MIN / 2;
     std::string priority_level;
     std::string flow_schema;
-    bool firing = false;
-    StormEvidence live;  // refreshed by each Evaluate while firing
+    StormAlert alert{ResolvedEvidence::kLatest};
   };
 
   void CountResource(Client& c, const RequestRecord& r, int64_t now_ns) const;
@@ -75,7 +75,7 @@ class ThrottledClientDetector final : public StormDetector {
   ThrottledClientConfig config_;
   size_t ring_;
   BoundedLru<std::string, Client> clients_;
-  std::vector<StormTransition> pending_;  // Resolved of firing clients that were evicted
+  EvictedAlerts evicted_;
   uint64_t observed_ = 0;
 };
 

@@ -7,6 +7,9 @@
 #include <map>
 #include <utility>
 
+#include "agent/analysis/second_ring.h"
+#include "agent/analysis/storm_lifecycle.h"
+
 namespace stormwatch {
 namespace {
 
@@ -16,69 +19,6 @@ constexpr char kSep = '\x1f';  // cannot occur in names, users or resources
 int64_t BucketOf(int64_t ns) {
   return ns >= 0 ? ns / kBucketNs : -((-ns + kBucketNs - 1) / kBucketNs);
 }
-
-// Per-second values in a fixed ring; bucket b lives in slot b mod size. Only the `size`
-// buckets up to the newest one written (head) are kept; anything else reads as zero.
-template <typename T>
-class BucketRing {
- public:
-  explicit BucketRing(size_t size) : slots_(size) {}
-
-  // The slot for bucket b, advancing the ring (and clearing skipped slots) if b is newer;
-  // nullptr if b is older than what the ring keeps.
-  T* Slot(int64_t b) {
-    const auto size = static_cast<int64_t>(slots_.size());
-    if (!has_head_) {
-      has_head_ = true;
-      head_ = b;
-      slots_[Index(b)] = T{};
-    } else if (b > head_) {
-      int64_t steps = std::min(b - head_, size);
-      for (int64_t k = 0; k < steps; ++k) slots_[Index(b - k)] = T{};
-      head_ = b;
-    } else if (b <= head_ - size) {
-      return nullptr;
-    }
-    return &slots_[Index(b)];
-  }
-
-  const T* Get(int64_t b) const {
-    const auto size = static_cast<int64_t>(slots_.size());
-    if (!has_head_ || b > head_ || b <= head_ - size) return nullptr;
-    return &slots_[Index(b)];
-  }
-
-  // Consecutive buckets ending at `last` (going back) for which pred holds, at most `limit`.
-  template <typename Pred>
-  int TrailingRun(int64_t last, int limit, Pred pred) const {
-    static const T kZero{};
-    int run = 0;
-    for (int64_t b = last; run < limit; --b) {
-      const T* v = Get(b);
-      if (!pred(v ? *v : kZero)) break;
-      ++run;
-    }
-    return run;
-  }
-
-  // Sum of f(bucket) over the `window` buckets ending at `last`.
-  template <typename F>
-  void ForWindow(int64_t last, int window, F f) const {
-    for (int64_t b = last; b > last - window; --b) {
-      if (const T* v = Get(b)) f(*v);
-    }
-  }
-
- private:
-  size_t Index(int64_t b) const {
-    const auto size = static_cast<int64_t>(slots_.size());
-    return static_cast<size_t>(((b % size) + size) % size);
-  }
-
-  std::vector<T> slots_;
-  int64_t head_ = 0;
-  bool has_head_ = false;
-};
 
 // Status codes of one second: a few distinct codes exactly, the rest lumped.
 struct CodeSlots {
@@ -134,7 +74,7 @@ struct UpdateLoopDetector::ObjectEntry {
   std::string resource_key;
   std::string namespace_;
   std::string name;
-  BucketRing<uint32_t> counts;
+  SecondRing<uint32_t> counts;
   // metadata.generation in the write responses (when their body was captured): a loop whose
   // writes never move it changes only metadata or status.
   int64_t last_generation = -1;
@@ -148,8 +88,10 @@ struct UpdateLoopDetector::ResourceEntry {
   Identity identity;
   std::string api_group;
   std::string resource;
-  BucketRing<ResourceBucket> buckets;
+  SecondRing<ResourceBucket> buckets;
   int64_t first_seen_ns = 0;
+  // Not a StormAlert (storm_lifecycle.h): this evidence is UpdateLoopEvidence, made a
+  // StormEvidence only behind the common interface, and a refresh keeps its rule too.
   bool firing = false;
   UpdateLoopEvidence fired;  // evidence at Firing; Resolved repeats it
   UpdateLoopEvidence live;   // refreshed by each Evaluate while firing
@@ -307,13 +249,14 @@ UpdateLoopEvidence UpdateLoopDetector::BuildEvidence(const ResourceEntry& res, i
   const int window = config_.evidence_window_s;
   uint64_t writes = 0;
   std::map<int, uint64_t> codes;
-  res.buckets.ForWindow(last_bucket, window, [&](const ResourceBucket& b) {
+  for (int64_t s = last_bucket - window + 1; s <= last_bucket; ++s) {
+    const ResourceBucket b = res.buckets.At(s);
     writes += b.writes;
     for (size_t i = 0; i < CodeSlots::kSlots; ++i) {
       if (b.codes.count[i] != 0) codes[b.codes.code[i]] += b.codes.count[i];
     }
     if (b.codes.other != 0) codes[kOtherCodes] += b.codes.other;
-  });
+  }
   ev.resource_writes_per_second =
       static_cast<double>(writes) / EffectiveWindow(window, res.first_seen_ns, last_bucket);
   for (const auto& [code, n] : codes) ev.codes.push_back({code, n});
@@ -346,13 +289,13 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
   const auto object_limit = static_cast<int>(object_ring_) - 1;
   for (const ObjectEntry& o : objects_) {
     uint64_t writes = 0;
-    o.counts.ForWindow(last, window, [&](uint32_t c) { writes += c; });
+    for (int64_t s = last - window + 1; s <= last; ++s) writes += o.counts.At(s);
     if (writes == 0) continue;  // nothing in the window, so no run either
     auto rit = resource_index_.find(o.resource_key);
     if (rit == resource_index_.end()) continue;  // its resource key was evicted
     Aggregate& agg = aggregates[&*rit->second];
-    int run = o.counts.TrailingRun(last, object_limit,
-                                   [&](uint32_t c) { return c >= config_.object_rate; });
+    const int run = TrailingRun(
+        last, object_limit, [&](int64_t s) { return o.counts.At(s) >= config_.object_rate; });
     if (run >= config_.object_sustain_s) {
       agg.object_rule = true;
       agg.object_since = std::min(agg.object_since, last - run + 1);
@@ -384,8 +327,8 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
     };
 
     if (!res.firing) {
-      int run = res.buckets.TrailingRun(last, resource_limit, [&](const ResourceBucket& b) {
-        return b.writes >= config_.resource_rate;
+      const int run = TrailingRun(last, resource_limit, [&](int64_t s) {
+        return res.buckets.At(s).writes >= config_.resource_rate;
       });
       bool resource_rule = run >= config_.resource_sustain_s;
       bool object_rule = agg && agg->object_rule;
@@ -410,10 +353,11 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
     }
 
     // Firing: resolve only after resolve_s calm seconds in a row.
-    int calm = res.buckets.TrailingRun(last, config_.resolve_s, [&](const ResourceBucket& b) {
+    const bool calm = HeldFor(last, config_.resolve_s, [&](int64_t s) {
+      const ResourceBucket b = res.buckets.At(s);
       return b.writes < config_.resource_rate && b.max_object_writes < config_.object_rate;
     });
-    if (calm >= config_.resolve_s) {
+    if (calm) {
       res.firing = false;
       out.push_back({StormState::kResolved, now_ns, res.fired});
       continue;

@@ -17,17 +17,8 @@ using sim::DetectorSim;
 using sim::Event;
 using sim::kMs;
 using sim::kSec;
-
-Identity Sa(const std::string& ns, const std::string& name, const std::string& pod = "") {
-  Identity id;
-  id.kind = Identity::Kind::kServiceAccount;
-  id.user = "system:serviceaccount:" + ns + ":" + name;
-  id.sa_namespace = ns;
-  id.sa_name = name;
-  id.pod_name = pod;
-  id.user_agent = name + "/v1.0";
-  return id;
-}
+using sim::PerSecond;
+using sim::Sa;
 
 const Identity kWorkers = Sa("ops", "cr-controller", "cr-controller-6f7-qwert");
 
@@ -36,17 +27,6 @@ RequestRecord Write(const Identity& who, const std::string& name, int status,
   std::string path = "/apis/example.com/v1/namespaces/team-a/widgets/" + name;
   if (!subresource.empty()) path += "/" + subresource;
   return sim::Request(who, method, path, status);
-}
-
-// `n` copies of `r` in every second of [start, end), evenly spaced (integer arithmetic so
-// each second gets exactly `n`).
-std::vector<Event> PerSecond(const RequestRecord& r, int n, int64_t start, int64_t end) {
-  std::vector<Event> out;
-  for (int64_t k = 0;; ++k) {
-    const int64_t t = start + k * kSec / n;
-    if (t >= end) return out;
-    out.push_back({t, r});
-  }
 }
 
 // Per second: `ok` successful writes and `conflicts` 409s on object `name`.

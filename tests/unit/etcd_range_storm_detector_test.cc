@@ -17,6 +17,8 @@ using sim::DetectorSim;
 using sim::Event;
 using sim::kMs;
 using sim::kSec;
+using sim::PerSecond;
+using sim::User;
 
 // Routes etcd's gRPC requests to ObserveEtcd, the rest to Observe, so one simulation drives
 // both sides in time order.
@@ -38,15 +40,6 @@ class BothSides final : public StormDetector {
  private:
   EtcdRangeStormDetector& det_;
 };
-
-Identity User(const std::string& user, const std::string& user_agent = "",
-              const std::string& pod = "") {
-  Identity id;
-  id.user = user;
-  id.user_agent = user_agent;
-  id.pod_name = pod;
-  return id;
-}
 
 const Identity kApiserverCert = User("kube-apiserver-etcd-client");
 const Identity kPythonAgent =
@@ -70,16 +63,6 @@ RequestRecord Range(const std::string& resource, uint64_t bytes, int64_t latency
 
 RequestRecord List(const Identity& who, const std::string& path_and_query) {
   return sim::Request(who, "GET", path_and_query, 200);
-}
-
-// `n` copies of `r` in every second of [start, end), evenly spaced, exact counts.
-std::vector<Event> PerSecond(const RequestRecord& r, int n, int64_t start, int64_t end) {
-  std::vector<Event> out;
-  for (int64_t k = 0;; ++k) {
-    const int64_t t = start + k * kSec / n;
-    if (t >= end) return out;
-    out.push_back({t, r});
-  }
 }
 
 TEST(EtcdRangeStormTest, ListStormIsTracedToItsClients) {

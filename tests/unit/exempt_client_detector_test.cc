@@ -13,17 +13,13 @@
 namespace stormwatch {
 namespace {
 
-using sim::DetectorSim;
 using sim::Event;
 using sim::kMs;
 using sim::kSec;
+using sim::PerSecond;
 
 Identity CertUser(const std::string& name, bool masters, const std::string& user_agent) {
-  Identity id;
-  id.kind = Identity::Kind::kUser;
-  id.user = name;
-  id.user_agent = user_agent;
-  id.component = user_agent.substr(0, user_agent.find('/'));
+  Identity id = sim::User(name, user_agent);
   if (masters) {
     id.groups = {"system:masters"};
     id.system_masters = true;
@@ -51,32 +47,21 @@ RequestRecord Req(const Identity& who, const std::string& priority_level,
   return r;
 }
 
-// Exactly `n` copies of `r` in each second of [from_s, to_s), evenly spread.
-std::vector<Event> PerSecond(const RequestRecord& r, int n, int64_t from_s, int64_t to_s) {
-  std::vector<Event> out;
-  for (int64_t s = from_s; s < to_s; ++s) {
-    for (int i = 0; i < n; ++i) out.push_back({s * kSec + i * (kSec / n), r});
-  }
-  return out;
-}
-
-struct Harness {
-  explicit Harness(ExemptClientConfig config = {}) : det(config), sim(det) {}
-  ExemptClientDetector det;
-  DetectorSim sim;
-};
+using Harness = sim::Harness<ExemptClientDetector>;
 
 // --- the report (gauge) ---
 
 TEST(ExemptClientTest, ReportsExemptClientsWithReasonRateAndLastSeen) {
-  std::vector<Event> events = PerSecond(Req(kDeployer, "exempt"), 2, 0, 30);
-  sim::Append(events, PerSecond(Req(kReporter, "exempt"), 1, 10, 40));
+  std::vector<Event> events = PerSecond(Req(kDeployer, "exempt"), 2, 0, 30 * kSec);
+  sim::Append(events, PerSecond(Req(kReporter, "exempt"), 1, 10 * kSec, 40 * kSec));
   // A system:masters client whose responses' priority level was not mapped to a name.
-  sim::Append(events, PerSecond(Req(CertUser("carol", true, "kubectl/v1.28.7"), ""), 1, 35, 38));
+  sim::Append(events, PerSecond(Req(CertUser("carol", true, "kubectl/v1.28.7"), ""), 1,
+                                35 * kSec, 38 * kSec));
   // Not exempt: an APF-limited user, and an unknown level from a client not known as exempt.
   sim::Append(events, PerSecond(Req(CertUser("alice", false, "kubectl/v1.28.7"), "workload-low"),
-                                5, 0, 40));
-  sim::Append(events, PerSecond(Req(CertUser("bob", false, "kubectl/v1.28.7"), ""), 5, 0, 40));
+                                5, 0, 40 * kSec));
+  sim::Append(events,
+              PerSecond(Req(CertUser("bob", false, "kubectl/v1.28.7"), ""), 5, 0, 40 * kSec));
   Harness run;
   run.sim.Run(std::move(events), 40 * kSec);
 
@@ -98,7 +83,8 @@ TEST(ExemptClientTest, ControlPlaneIdentitiesAreAllowedByDefault) {
   for (const char* user : {"system:apiserver", "system:kube-controller-manager",
                            "system:kube-scheduler", "system:serviceaccount:kube-system:job-controller",
                            "system:node:node-1"}) {
-    sim::Append(events, PerSecond(Req(CertUser(user, true, "kube/v1.28.7"), "exempt"), 100, 0, 30));
+    sim::Append(events,
+                PerSecond(Req(CertUser(user, true, "kube/v1.28.7"), "exempt"), 100, 0, 30 * kSec));
   }
   Harness run;
   run.sim.Run(std::move(events), 40 * kSec);
@@ -109,7 +95,7 @@ TEST(ExemptClientTest, ControlPlaneIdentitiesAreAllowedByDefault) {
 
 TEST(ExemptClientTest, ActiveWindowBothSides) {
   Harness run;
-  run.sim.Run(PerSecond(Req(kReporter, "exempt"), 1, 10, 11), 11 * kSec);
+  run.sim.Run(PerSecond(Req(kReporter, "exempt"), 1, 10 * kSec, 11 * kSec), 11 * kSec);
   ASSERT_EQ(run.det.ExemptClients(70 * kSec).size(), 1u);  // last seen 10 s: 60 s ago
   EXPECT_EQ(run.det.ExemptClients(70 * kSec)[0].requests_per_second, 1.0 / 60);
   EXPECT_TRUE(run.det.ExemptClients(70 * kSec + 1).empty());
@@ -137,8 +123,8 @@ TEST(ExemptClientTest, UnknownLevelCountsOnlyForKnownExemptClients) {
 
 TEST(ExemptClientTest, EscalatesAtRateForSustainAndResolvesAfterCalm) {
   // 20/s for 20 s, then 10/s: calm seconds 20..49.
-  std::vector<Event> events = PerSecond(Req(kDeployer, "exempt"), 20, 0, 20);
-  sim::Append(events, PerSecond(Req(kDeployer, "exempt"), 10, 20, 100));
+  std::vector<Event> events = PerSecond(Req(kDeployer, "exempt"), 20, 0, 20 * kSec);
+  sim::Append(events, PerSecond(Req(kDeployer, "exempt"), 10, 20 * kSec, 100 * kSec));
   Harness run;
   run.sim.Run(std::move(events), 100 * kSec);
   auto firing = run.sim.Of(StormState::kFiring);
@@ -158,21 +144,21 @@ TEST(ExemptClientTest, EscalatesAtRateForSustainAndResolvesAfterCalm) {
 
 TEST(ExemptClientTest, BelowRateNeverEscalates) {
   Harness run;
-  run.sim.Run(PerSecond(Req(kDeployer, "exempt"), 19, 0, 120), 120 * kSec);
+  run.sim.Run(PerSecond(Req(kDeployer, "exempt"), 19, 0, 120 * kSec), 120 * kSec);
   EXPECT_TRUE(run.sim.transitions().empty());
   EXPECT_EQ(run.det.ExemptClients(120 * kSec).at(0).requests_per_second, 19.0);
 }
 
 TEST(ExemptClientTest, TooShortNeverEscalates) {
   Harness run;
-  run.sim.Run(PerSecond(Req(kDeployer, "exempt"), 50, 0, 9), 60 * kSec);
+  run.sim.Run(PerSecond(Req(kDeployer, "exempt"), 50, 0, 9 * kSec), 60 * kSec);
   EXPECT_TRUE(run.sim.transitions().empty());
 }
 
 TEST(ExemptClientTest, OneSlowSecondRestartsTheSustainRun) {
-  std::vector<Event> events = PerSecond(Req(kDeployer, "exempt"), 25, 0, 5);
-  sim::Append(events, PerSecond(Req(kDeployer, "exempt"), 19, 5, 6));
-  sim::Append(events, PerSecond(Req(kDeployer, "exempt"), 25, 6, 16));
+  std::vector<Event> events = PerSecond(Req(kDeployer, "exempt"), 25, 0, 5 * kSec);
+  sim::Append(events, PerSecond(Req(kDeployer, "exempt"), 19, 5 * kSec, 6 * kSec));
+  sim::Append(events, PerSecond(Req(kDeployer, "exempt"), 25, 6 * kSec, 16 * kSec));
   Harness run;
   run.sim.Run(std::move(events), 20 * kSec);
   auto firing = run.sim.Of(StormState::kFiring);
@@ -183,8 +169,8 @@ TEST(ExemptClientTest, OneSlowSecondRestartsTheSustainRun) {
 
 TEST(ExemptClientTest, ShortLullDoesNotFlap) {
   // 20/s for 20 s, nothing for 25 s, 20/s again until 60 s: calm 20..44 is under 30 s.
-  std::vector<Event> events = PerSecond(Req(kDeployer, "exempt"), 20, 0, 20);
-  sim::Append(events, PerSecond(Req(kDeployer, "exempt"), 20, 45, 60));
+  std::vector<Event> events = PerSecond(Req(kDeployer, "exempt"), 20, 0, 20 * kSec);
+  sim::Append(events, PerSecond(Req(kDeployer, "exempt"), 20, 45 * kSec, 60 * kSec));
   Harness run;
   run.sim.Run(std::move(events), 120 * kSec);
   auto resolved = run.sim.Of(StormState::kResolved);
@@ -195,7 +181,7 @@ TEST(ExemptClientTest, ShortLullDoesNotFlap) {
 
 TEST(ExemptClientTest, NonExemptClientsNeverEscalate) {
   Harness run;
-  run.sim.Run(PerSecond(Req(kReporter, "workload-high"), 100, 0, 60), 60 * kSec);
+  run.sim.Run(PerSecond(Req(kReporter, "workload-high"), 100, 0, 60 * kSec), 60 * kSec);
   EXPECT_TRUE(run.sim.transitions().empty());
   EXPECT_TRUE(run.det.ExemptClients(60 * kSec).empty());
   EXPECT_EQ(run.det.Stats().tracked, 0u);
@@ -206,13 +192,13 @@ TEST(ExemptClientTest, NonExemptClientsNeverEscalate) {
 TEST(ExemptClientTest, EscalationEvidence) {
   // Per second: 12 LISTs of pods, 6 GETs of a configmap, 2 PATCHes of a deployment.
   std::vector<Event> events =
-      PerSecond(Req(kReporter, "exempt", "GET", "/api/v1/pods"), 12, 0, 12);
+      PerSecond(Req(kReporter, "exempt", "GET", "/api/v1/pods"), 12, 0, 12 * kSec);
   sim::Append(events, PerSecond(Req(kReporter, "exempt", "GET",
                                     "/api/v1/namespaces/monitoring/configmaps/settings"),
-                                6, 0, 12));
+                                6, 0, 12 * kSec));
   sim::Append(events, PerSecond(Req(kReporter, "exempt", "PATCH",
                                     "/apis/apps/v1/namespaces/monitoring/deployments/reporter"),
-                                2, 0, 12));
+                                2, 0, 12 * kSec));
   Harness run;
   run.sim.Run(std::move(events), 12 * kSec);
   auto firing = run.sim.Of(StormState::kFiring);
@@ -253,7 +239,7 @@ TEST(ExemptClientTest, EscalationEvidence) {
 
 TEST(ExemptClientTest, SystemMastersEvidenceCarriesGroups) {
   Harness run;
-  run.sim.Run(PerSecond(Req(kDeployer, ""), 30, 0, 12), 12 * kSec);
+  run.sim.Run(PerSecond(Req(kDeployer, ""), 30, 0, 12 * kSec), 12 * kSec);
   auto firing = run.sim.Of(StormState::kFiring);
   ASSERT_EQ(firing.size(), 1u);
   EXPECT_EQ(firing[0].evidence.details["reason"], "system_masters");
@@ -273,7 +259,7 @@ TEST(ExemptClientTest, ThresholdsAreConfig) {
   config.allow.users.clear();  // now the controller-manager is reported too
   Harness run(config);
   run.sim.Run(PerSecond(Req(CertUser("system:kube-controller-manager", false, "kcm/v1"), "exempt"),
-                        2, 0, 4),
+                        2, 0, 4 * kSec),
               20 * kSec);
   auto firing = run.sim.Of(StormState::kFiring);
   auto resolved = run.sim.Of(StormState::kResolved);
@@ -316,7 +302,7 @@ TEST(ExemptClientTest, EvictionKeepsClientsBounded) {
 TEST(ExemptClientTest, EvictedFiringClientResolvesOnce) {
   ExemptClientConfig config;
   config.max_clients = 2;
-  std::vector<Event> events = PerSecond(Req(kDeployer, "exempt"), 20, 0, 12);
+  std::vector<Event> events = PerSecond(Req(kDeployer, "exempt"), 20, 0, 12 * kSec);
   events.push_back({12 * kSec, Req(kReporter, "exempt")});
   events.push_back({12 * kSec + 1, Req(CertUser("carol", true, "kubectl/v1.28.7"), "")});
   Harness run(config);

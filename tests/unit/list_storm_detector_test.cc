@@ -19,6 +19,7 @@ using sim::Event;
 using sim::kMs;
 using sim::kSec;
 using sim::Request;
+using sim::User;
 
 constexpr uint64_t kMiB = 1024 * 1024;
 
@@ -35,15 +36,6 @@ Identity Poller(const std::string& pod = "pod-reporter-5f7c9-abcde") {
   id.component_version = "1.0.0";
   id.groups = {"system:masters"};
   id.system_masters = true;
-  return id;
-}
-
-Identity User(const std::string& name, const std::string& user_agent) {
-  Identity id;
-  id.kind = Identity::Kind::kUser;
-  id.user = name;
-  id.user_agent = user_agent;
-  id.component = user_agent.substr(0, user_agent.find('/'));
   return id;
 }
 
@@ -74,11 +66,7 @@ std::vector<Event> Bursts(const RequestRecord& r, int per_burst, int64_t period_
   return out;
 }
 
-struct Harness {
-  explicit Harness(ListStormConfig config = {}) : det(config), sim(det) {}
-  ListStormDetector det;
-  DetectorSim sim;
-};
+using Harness = sim::Harness<ListStormDetector>;
 
 // --- list rate: weighted LISTs/s averaged over 15 s >= 5 ---
 

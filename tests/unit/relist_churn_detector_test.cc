@@ -14,7 +14,6 @@
 namespace stormwatch {
 namespace {
 
-using sim::DetectorSim;
 using sim::Event;
 using sim::kMs;
 using sim::kSec;
@@ -60,11 +59,7 @@ std::vector<Event> Cycles(const Identity& who, int cycles, int64_t period_ns, in
   return out;
 }
 
-struct Harness {
-  explicit Harness(RelistChurnConfig config = {}) : det(config), sim(det) {}
-  RelistChurnDetector det;
-  DetectorSim sim;
-};
+using Harness = sim::Harness<RelistChurnDetector>;
 
 // --- relists: >= 6 re-LIST+WATCH pairs in 60 s ---
 

@@ -18,25 +18,10 @@ using sim::DetectorSim;
 using sim::Event;
 using sim::Every;
 using sim::kSec;
-
-Identity Sa(const std::string& ns, const std::string& name, const std::string& pod = "") {
-  Identity id;
-  id.kind = Identity::Kind::kServiceAccount;
-  id.user = "system:serviceaccount:" + ns + ":" + name;
-  id.sa_namespace = ns;
-  id.sa_name = name;
-  id.pod_name = pod;
-  id.user_agent = name + "/v1.0";
-  return id;
-}
+using sim::Sa;
 
 const Identity kController = Sa("db-system", "db-operator", "db-operator-7c9-abcde");
-const Identity kAlice = [] {
-  Identity id;
-  id.kind = Identity::Kind::kUser;
-  id.user = "alice@example.com";
-  return id;
-}();
+const Identity kAlice = sim::User("alice@example.com");
 const std::vector<std::string> kCleanup = {"databases.example.com/cleanup"};
 
 std::string ObjectPath(const std::string& name) {

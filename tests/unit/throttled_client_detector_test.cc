@@ -18,17 +18,8 @@ using sim::Event;
 using sim::Every;
 using sim::kMs;
 using sim::kSec;
-
-Identity Sa(const std::string& ns, const std::string& name, const std::string& pod = "") {
-  Identity id;
-  id.kind = Identity::Kind::kServiceAccount;
-  id.user = "system:serviceaccount:" + ns + ":" + name;
-  id.sa_namespace = ns;
-  id.sa_name = name;
-  id.pod_name = pod;
-  id.user_agent = name + "/v1.0";
-  return id;
-}
+using sim::PerSecond;
+using sim::Sa;
 
 const Identity kWorker = Sa("jobs", "job-controller", "job-controller-5c6d7-abcde");
 
@@ -43,17 +34,6 @@ RequestRecord Put(const Identity& who, int status, int retry_after_s = -1,
     r.response.flow_schema = "service-accounts";
   }
   return r;
-}
-
-// `n` copies of `r` in every second of [start, end), evenly spaced (integer arithmetic so
-// each second gets exactly `n`).
-std::vector<Event> PerSecond(const RequestRecord& r, int n, int64_t start, int64_t end) {
-  std::vector<Event> out;
-  for (int64_t k = 0;; ++k) {
-    const int64_t t = start + k * kSec / n;
-    if (t >= end) return out;
-    out.push_back({t, r});
-  }
 }
 
 TEST(ThrottledClientTest, SustainedThrottlingFiresOnceWithEvidence) {

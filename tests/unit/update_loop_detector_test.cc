@@ -6,27 +6,20 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
 #include <string>
 #include <vector>
 
-#include "agent/kube/request_info.h"
+#include "tests/unit/detector_sim.h"
 
 namespace stormwatch {
 namespace {
 
-constexpr int64_t kSec = 1'000'000'000;
-
-Identity Sa(const std::string& ns, const std::string& name, const std::string& pod = "") {
-  Identity id;
-  id.kind = Identity::Kind::kServiceAccount;
-  id.user = "system:serviceaccount:" + ns + ":" + name;
-  id.sa_namespace = ns;
-  id.sa_name = name;
-  id.pod_name = pod;
-  id.user_agent = name + "/v1.0";
-  return id;
-}
+using sim::Append;
+using sim::Event;
+using sim::kSec;
+using sim::Sa;
+using sim::Stream;
+using Harness = sim::Harness<UpdateLoopDetector>;
 
 const Identity kOperator = Sa("data", "datajob-operator", "datajob-operator-7d9f8-x2x4q");
 
@@ -34,81 +27,10 @@ RequestRecord Write(const Identity& who, const std::string& ns, const std::strin
                     int status = 200, const std::string& method = "PUT",
                     const std::string& group = "batch.company.com",
                     const std::string& resource = "datajobs") {
-  RequestRecord r;
-  r.method = method;
-  r.path = "/apis/" + group + "/v1/namespaces/" + ns + "/" + resource + "/" + name;
-  r.status = status;
-  r.info = ParseRequestInfo(r.method, r.path);
-  r.identity = who;
-  return r;
+  return sim::Request(who, method,
+                      "/apis/" + group + "/v1/namespaces/" + ns + "/" + resource + "/" + name,
+                      status);
 }
-
-struct Event {
-  int64_t t;
-  RequestRecord r;
-};
-
-// `count_per_period` writes every `period_s` seconds, evenly spaced, for [start, end).
-// Integer arithmetic so each 1 s bucket gets an exact count.
-std::vector<Event> Stream(const RequestRecord& r, int64_t count_per_period, int64_t period_s,
-                          int64_t start_ns, int64_t end_ns) {
-  std::vector<Event> out;
-  for (int64_t k = 0;; ++k) {
-    int64_t t = start_ns + k * period_s * kSec / count_per_period;
-    if (t >= end_ns) break;
-    out.push_back({t, r});
-  }
-  return out;
-}
-
-void Append(std::vector<Event>& all, std::vector<Event> more) {
-  all.insert(all.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
-}
-
-// Feeds events in time order and calls Evaluate at every whole second, as the agent does.
-class Sim {
- public:
-  explicit Sim(UpdateLoopConfig config = {}) : det_(config) {}
-
-  void Run(std::vector<Event> events, int64_t until_ns) {
-    std::stable_sort(events.begin(), events.end(),
-                     [](const Event& a, const Event& b) { return a.t < b.t; });
-    for (const Event& e : events) {
-      EvaluateUntil(e.t);
-      det_.Observe(e.r, e.t);
-    }
-    EvaluateUntil(until_ns);
-  }
-
-  void EvaluateUntil(int64_t t) {
-    while (next_eval_ <= t) {
-      for (UpdateLoopTransition& tr : det_.Evaluate(next_eval_)) transitions_.push_back(std::move(tr));
-      active_at_[next_eval_ / kSec] = det_.Active().size();
-      next_eval_ += kSec;
-    }
-  }
-
-  size_t ActiveAt(int64_t second) const {
-    auto it = active_at_.find(second);
-    return it == active_at_.end() ? 0 : it->second;
-  }
-  const std::vector<UpdateLoopTransition>& transitions() const { return transitions_; }
-  UpdateLoopDetector& det() { return det_; }
-
-  std::vector<UpdateLoopTransition> Of(StormState state) const {
-    std::vector<UpdateLoopTransition> out;
-    for (const auto& t : transitions_) {
-      if (t.state == state) out.push_back(t);
-    }
-    return out;
-  }
-
- private:
-  UpdateLoopDetector det_;
-  int64_t next_eval_ = kSec;
-  std::vector<UpdateLoopTransition> transitions_;
-  std::map<int64_t, size_t> active_at_;
-};
 
 std::string Name(const char* prefix, int i) {
   char buf[32];
@@ -119,21 +41,21 @@ std::string Name(const char* prefix, int i) {
 // --- object rule: >= 5/s for 10 s ---
 
 TEST(UpdateLoopTest, BelowObjectRateForLongNeverFires) {
-  Sim sim;
-  sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 9, 2, 0, 30 * kSec), 60 * kSec);  // 4.5/s
-  EXPECT_TRUE(sim.transitions().empty());
+  Harness run;
+  run.sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 9, 2, 0, 30 * kSec), 60 * kSec);  // 4.5/s
+  EXPECT_TRUE(run.sim.transitions().empty());
 }
 
 TEST(UpdateLoopTest, AboveObjectRateTooShortNeverFires) {
-  Sim sim;
-  sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 11, 2, 0, 9 * kSec), 60 * kSec);  // 5.5/s
-  EXPECT_TRUE(sim.transitions().empty());
+  Harness run;
+  run.sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 11, 2, 0, 9 * kSec), 60 * kSec);  // 5.5/s
+  EXPECT_TRUE(run.sim.transitions().empty());
 }
 
 TEST(UpdateLoopTest, AboveObjectRateLongEnoughFiresOnce) {
-  Sim sim;
-  sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 11, 2, 0, 11 * kSec), 60 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
+  Harness run;
+  run.sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 11, 2, 0, 11 * kSec), 60 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
   ASSERT_EQ(firing.size(), 1u);
   const UpdateLoopTransition& f = firing[0];
   EXPECT_EQ(f.at_ns, 10 * kSec);  // ten complete seconds at >= 5 writes
@@ -156,13 +78,13 @@ TEST(UpdateLoopTest, AboveObjectRateLongEnoughFiresOnce) {
   EXPECT_NE(f.evidence.fix.find("GenerationChangedPredicate"), std::string::npos);
   EXPECT_NE(f.evidence.fix.find("/status"), std::string::npos);
   // ...and it ends exactly once.
-  EXPECT_EQ(sim.Of(StormState::kResolved).size(), 1u);
+  EXPECT_EQ(run.sim.Of(StormState::kResolved).size(), 1u);
 }
 
 TEST(UpdateLoopTest, ObjectThresholdIsInclusive) {
-  Sim sim;
-  sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 5, 1, 0, 10 * kSec), 30 * kSec);  // 5.0/s
-  EXPECT_EQ(sim.Of(StormState::kFiring).size(), 1u);
+  Harness run;
+  run.sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 5, 1, 0, 10 * kSec), 30 * kSec);  // 5.0/s
+  EXPECT_EQ(run.sim.Of(StormState::kFiring).size(), 1u);
 }
 
 // --- resource rule: >= 100/s for 3 s ---
@@ -179,9 +101,9 @@ std::vector<Event> Spread(const Identity& who, int64_t per_second, int objects, 
 }
 
 TEST(UpdateLoopTest, ResourceRateOverManyObjectsFires) {
-  Sim sim;
-  sim.Run(Spread(kOperator, 101, 200, 0, 6 * kSec), 30 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
+  Harness run;
+  run.sim.Run(Spread(kOperator, 101, 200, 0, 6 * kSec), 30 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
   ASSERT_EQ(firing.size(), 1u);
   EXPECT_EQ(firing[0].at_ns, 3 * kSec);
   EXPECT_EQ(firing[0].evidence.rule, "resource");
@@ -192,39 +114,39 @@ TEST(UpdateLoopTest, ResourceRateOverManyObjectsFires) {
   EXPECT_DOUBLE_EQ(firing[0].evidence.top_objects[0].writes_per_second, 2.0 / 3);
   EXPECT_EQ(firing[0].evidence.top_objects[4].name, "job-004");
   EXPECT_DOUBLE_EQ(firing[0].evidence.top_objects[4].writes_per_second, 2.0 / 3);
-  EXPECT_EQ(sim.Of(StormState::kResolved).size(), 1u);
+  EXPECT_EQ(run.sim.Of(StormState::kResolved).size(), 1u);
 }
 
 TEST(UpdateLoopTest, ResourceRateBelowThresholdNeverFires) {
-  Sim sim;
-  sim.Run(Spread(kOperator, 90, 200, 0, 60 * kSec), 90 * kSec);
-  EXPECT_TRUE(sim.transitions().empty());
+  Harness run;
+  run.sim.Run(Spread(kOperator, 90, 200, 0, 60 * kSec), 90 * kSec);
+  EXPECT_TRUE(run.sim.transitions().empty());
 }
 
 TEST(UpdateLoopTest, ResourceRateTooShortNeverFires) {
-  Sim sim;
-  sim.Run(Spread(kOperator, 150, 200, 0, 2 * kSec), 30 * kSec);
-  EXPECT_TRUE(sim.transitions().empty());
+  Harness run;
+  run.sim.Run(Spread(kOperator, 150, 200, 0, 2 * kSec), 30 * kSec);
+  EXPECT_TRUE(run.sim.transitions().empty());
 }
 
 // --- lifecycle ---
 
 TEST(UpdateLoopTest, ResolvesAfterResolveWindowAndNotBefore) {
-  Sim sim;
-  sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 10, 1, 0, 20 * kSec), 60 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
-  auto resolved = sim.Of(StormState::kResolved);
+  Harness run;
+  run.sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 10, 1, 0, 20 * kSec), 60 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
+  auto resolved = run.sim.Of(StormState::kResolved);
   ASSERT_EQ(firing.size(), 1u);
   ASSERT_EQ(resolved.size(), 1u);
   EXPECT_EQ(firing[0].at_ns, 10 * kSec);
   // Last writes in second 19; seconds 20..29 calm; decided once second 29 is complete.
   EXPECT_EQ(resolved[0].at_ns, 30 * kSec);
-  EXPECT_EQ(sim.ActiveAt(29), 1u);
-  EXPECT_EQ(sim.ActiveAt(30), 0u);
+  EXPECT_EQ(run.sim.ActiveAt(29), 1u);
+  EXPECT_EQ(run.sim.ActiveAt(30), 0u);
   // Resolved repeats what fired, so the alert's labels and text match.
   EXPECT_EQ(resolved[0].evidence.identity.user, firing[0].evidence.identity.user);
   EXPECT_EQ(resolved[0].evidence.top_objects, firing[0].evidence.top_objects);
-  EXPECT_TRUE(sim.det().Active().empty());
+  EXPECT_TRUE(run.det.Active().empty());
 }
 
 TEST(UpdateLoopTest, ShortLullsDoNotFlap) {
@@ -236,10 +158,10 @@ TEST(UpdateLoopTest, ShortLullsDoNotFlap) {
     int64_t start = 12 * kSec + block * 6 * kSec;
     Append(events, Stream(w, 10, 1, start, start + 4 * kSec));
   }
-  Sim sim;
-  sim.Run(std::move(events), 120 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
-  auto resolved = sim.Of(StormState::kResolved);
+  Harness run;
+  run.sim.Run(std::move(events), 120 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
+  auto resolved = run.sim.Of(StormState::kResolved);
   ASSERT_EQ(firing.size(), 1u);
   ASSERT_EQ(resolved.size(), 1u);
   EXPECT_EQ(firing[0].at_ns, 10 * kSec);
@@ -283,11 +205,11 @@ TEST(UpdateLoopTest, KubeletHeartbeatsAreQuiet) {
     Append(events, Stream(status, 1, 10, phase + kSec / 2, 120 * kSec));
   }
   const size_t writes = events.size();
-  Sim sim;
-  sim.Run(std::move(events), 150 * kSec);
-  EXPECT_TRUE(sim.transitions().empty());
+  Harness run;
+  run.sim.Run(std::move(events), 150 * kSec);
+  EXPECT_TRUE(run.sim.transitions().empty());
   EXPECT_GT(writes, 23'000u);
-  EXPECT_EQ(sim.det().Stats().writes_observed, writes);
+  EXPECT_EQ(run.det.Stats().writes_observed, writes);
 }
 
 TEST(UpdateLoopTest, ControllerManagerResyncBurstIsQuiet) {
@@ -302,9 +224,9 @@ TEST(UpdateLoopTest, ControllerManagerResyncBurstIsQuiet) {
     events.push_back({30 * kSec + i * 2 * kSec / 500,
                       Write(kcm, "team-a", Name("deploy", i), 200, "PUT", "apps", "deployments")});
   }
-  Sim sim;
-  sim.Run(std::move(events), 90 * kSec);
-  EXPECT_TRUE(sim.transitions().empty());
+  Harness run;
+  run.sim.Run(std::move(events), 90 * kSec);
+  EXPECT_TRUE(run.sim.transitions().empty());
 }
 
 TEST(UpdateLoopTest, ReadsCreatesDeletesAreIgnored) {
@@ -341,9 +263,9 @@ TEST(UpdateLoopTest, TopObjectsRatesAndCodes) {
   }
   // A write whose response was never seen.
   events.push_back({5 * kSec + 1, Write(kOperator, "team-a", "g", 0)});
-  Sim sim;
-  sim.Run(std::move(events), 40 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
+  Harness run;
+  run.sim.Run(std::move(events), 40 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
   ASSERT_EQ(firing.size(), 1u);
   const UpdateLoopEvidence& ev = firing[0].evidence;
   EXPECT_EQ(firing[0].at_ns, 10 * kSec);
@@ -361,10 +283,10 @@ TEST(UpdateLoopTest, TopObjectsRatesAndCodes) {
 }
 
 TEST(UpdateLoopTest, ConflictLoopCountsToo) {
-  Sim sim;
+  Harness run;
   RequestRecord conflict = Write(kOperator, "team-a", "job-1", 409);
-  sim.Run(Stream(conflict, 20, 1, 0, 12 * kSec), 30 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
+  run.sim.Run(Stream(conflict, 20, 1, 0, 12 * kSec), 30 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
   ASSERT_EQ(firing.size(), 1u);
   EXPECT_EQ(firing[0].evidence.codes, (std::vector<CodeCount>{{409, 200}}));
 }
@@ -373,17 +295,17 @@ TEST(UpdateLoopTest, PatchAndApplyCount) {
   // Server-side apply is a PATCH: a loop of applies is still a loop.
   RequestRecord apply = Write(kOperator, "team-a", "job-1", 200, "PATCH");
   apply.content_type = "application/apply-patch+yaml";
-  Sim sim;
-  sim.Run(Stream(apply, 6, 1, 0, 12 * kSec), 30 * kSec);
-  EXPECT_EQ(sim.Of(StormState::kFiring).size(), 1u);
+  Harness run;
+  run.sim.Run(Stream(apply, 6, 1, 0, 12 * kSec), 30 * kSec);
+  EXPECT_EQ(run.sim.Of(StormState::kFiring).size(), 1u);
 }
 
 TEST(UpdateLoopTest, ObjectsInSeveralNamespacesLeaveNamespaceEmpty) {
   std::vector<Event> events = Stream(Write(kOperator, "team-a", "x"), 6, 1, 0, 12 * kSec);
   Append(events, Stream(Write(kOperator, "team-b", "y"), 6, 1, 0, 12 * kSec));
-  Sim sim;
-  sim.Run(std::move(events), 30 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
+  Harness run;
+  run.sim.Run(std::move(events), 30 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
   ASSERT_EQ(firing.size(), 1u);
   EXPECT_EQ(firing[0].evidence.namespace_, "");
   ASSERT_EQ(firing[0].evidence.top_objects.size(), 2u);
@@ -397,9 +319,9 @@ TEST(UpdateLoopTest, TwoIdentitiesOnOneObjectAreSeparateStorms) {
   Identity other = Sa("ops", "janitor");
   std::vector<Event> events = Stream(Write(kOperator, "team-a", "job-1"), 6, 1, 0, 15 * kSec);
   Append(events, Stream(Write(other, "team-a", "job-1"), 7, 1, 0, 15 * kSec));
-  Sim sim;
-  sim.Run(std::move(events), 60 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
+  Harness run;
+  run.sim.Run(std::move(events), 60 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
   ASSERT_EQ(firing.size(), 2u);
   std::vector<std::string> users = {firing[0].evidence.identity.user,
                                     firing[1].evidence.identity.user};
@@ -410,25 +332,25 @@ TEST(UpdateLoopTest, TwoIdentitiesOnOneObjectAreSeparateStorms) {
     double want = f.evidence.identity.user == other.user ? 7.0 : 6.0;
     EXPECT_DOUBLE_EQ(f.evidence.top_objects.at(0).writes_per_second, want);
   }
-  EXPECT_EQ(sim.Of(StormState::kResolved).size(), 2u);
+  EXPECT_EQ(run.sim.Of(StormState::kResolved).size(), 2u);
 }
 
 TEST(UpdateLoopTest, IdentitiesAreNotSummed) {
   // 3/s each from two identities: 6/s on the object, but no single client loops.
   std::vector<Event> events = Stream(Write(kOperator, "team-a", "job-1"), 3, 1, 0, 30 * kSec);
   Append(events, Stream(Write(Sa("ops", "janitor"), "team-a", "job-1"), 3, 1, 0, 30 * kSec));
-  Sim sim;
-  sim.Run(std::move(events), 60 * kSec);
-  EXPECT_TRUE(sim.transitions().empty());
+  Harness run;
+  run.sim.Run(std::move(events), 60 * kSec);
+  EXPECT_TRUE(run.sim.transitions().empty());
 }
 
 TEST(UpdateLoopTest, PodsOfOneServiceAccountAreSeparate) {
   std::vector<Event> events =
       Stream(Write(Sa("data", "op", "op-1"), "team-a", "job-1"), 3, 1, 0, 30 * kSec);
   Append(events, Stream(Write(Sa("data", "op", "op-2"), "team-a", "job-1"), 3, 1, 0, 30 * kSec));
-  Sim sim;
-  sim.Run(std::move(events), 60 * kSec);
-  EXPECT_TRUE(sim.transitions().empty());
+  Harness run;
+  run.sim.Run(std::move(events), 60 * kSec);
+  EXPECT_TRUE(run.sim.transitions().empty());
 }
 
 // --- configuration ---
@@ -439,10 +361,10 @@ TEST(UpdateLoopTest, ThresholdsAreConfig) {
   config.object_sustain_s = 3;
   config.resolve_s = 2;
   EXPECT_TRUE(config.Problems().empty());
-  Sim sim(config);
-  sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 2, 1, 0, 4 * kSec), 20 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
-  auto resolved = sim.Of(StormState::kResolved);
+  Harness run(config);
+  run.sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 2, 1, 0, 4 * kSec), 20 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
+  auto resolved = run.sim.Of(StormState::kResolved);
   ASSERT_EQ(firing.size(), 1u);
   ASSERT_EQ(resolved.size(), 1u);
   EXPECT_EQ(firing[0].at_ns, 3 * kSec);
@@ -505,14 +427,14 @@ TEST(UpdateLoopTest, EvictionKeepsIdentitiesBounded) {
 TEST(UpdateLoopTest, EvictedFiringStormStillResolvesOnce) {
   UpdateLoopConfig config;
   config.max_resources = 2;
-  Sim sim(config);
+  Harness run(config);
   std::vector<Event> events = Stream(Write(kOperator, "team-a", "job-1"), 10, 1, 0, 12 * kSec);
   // Two other clients show up while the storm is still firing and push it out.
   events.push_back({13 * kSec, Write(Sa("x", "one"), "team-a", "job-2")});
   events.push_back({13 * kSec + 1, Write(Sa("x", "two"), "team-a", "job-3")});
-  sim.Run(std::move(events), 60 * kSec);
-  auto resolved = sim.Of(StormState::kResolved);
-  ASSERT_EQ(sim.Of(StormState::kFiring).size(), 1u);
+  run.sim.Run(std::move(events), 60 * kSec);
+  auto resolved = run.sim.Of(StormState::kResolved);
+  ASSERT_EQ(run.sim.Of(StormState::kFiring).size(), 1u);
   ASSERT_EQ(resolved.size(), 1u);
   EXPECT_EQ(resolved[0].at_ns, 13 * kSec + 1);
   EXPECT_EQ(resolved[0].evidence.identity.user, kOperator.user);
@@ -546,9 +468,9 @@ std::vector<Event> GenerationStream(int64_t first_generation, bool bump_each_wri
 }
 
 TEST(UpdateLoopTest, GenerationThatNeverMovesIsMetadataOnly) {
-  Sim sim;
-  sim.Run(GenerationStream(7, false), 12 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
+  Harness run;
+  run.sim.Run(GenerationStream(7, false), 12 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
   ASSERT_EQ(firing.size(), 1u);
   EXPECT_EQ(firing[0].evidence.metadata_only, "yes");
   EXPECT_EQ(firing[0].evidence.top_objects[0].generation, 7);
@@ -559,18 +481,18 @@ TEST(UpdateLoopTest, GenerationThatNeverMovesIsMetadataOnly) {
 }
 
 TEST(UpdateLoopTest, GenerationThatMovesIsNotMetadataOnly) {
-  Sim sim;
-  sim.Run(GenerationStream(1, true), 12 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
+  Harness run;
+  run.sim.Run(GenerationStream(1, true), 12 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
   ASSERT_EQ(firing.size(), 1u);
   EXPECT_EQ(firing[0].evidence.metadata_only, "no");
   EXPECT_EQ(firing[0].evidence.top_objects[0].generation_changes, 59u);
 }
 
 TEST(UpdateLoopTest, WithoutResponseBodiesMetadataOnlyIsUnknown) {
-  Sim sim;
-  sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 11, 2, 0, 11 * kSec), 12 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
+  Harness run;
+  run.sim.Run(Stream(Write(kOperator, "team-a", "job-1"), 11, 2, 0, 11 * kSec), 12 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
   ASSERT_EQ(firing.size(), 1u);
   EXPECT_EQ(firing[0].evidence.metadata_only, "unknown");
 }
