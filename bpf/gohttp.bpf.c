@@ -47,6 +47,15 @@ struct {
   __type(value, __u64);
 } hits SEC(".maps");
 
+/* Entry probes sit on the Go prologue's stack-check branch (agent/capture/go_binary.h: the
+ * kernel emulates a branch, a trap cheaper than single-stepping the next instruction). The
+ * cookie's high half holds the EFLAGS under which that branch goes to morestack: the call then
+ * re-runs from its entry, and this hit is not the call's. */
+static __always_inline int stack_will_grow(struct pt_regs *ctx) {
+  __u32 morestack_if = bpf_get_attach_cookie(ctx) >> 32;
+  return morestack_if && (ctx->flags & morestack_if);
+}
+
 /* Scratch space for one request event: too big for the 512-byte BPF stack. */
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -231,6 +240,7 @@ static __always_inline void read_client_cert(__u64 tls_conn, const struct sw_go_
 
 SEC("uprobe")
 int BPF_UPROBE(h2_process_headers) {
+  if (stack_will_grow(ctx)) return 0;
   count(&hits, 0);
   __u32 slot = (__u32)bpf_get_attach_cookie(ctx);
   const struct sw_go_offsets *off = bpf_map_lookup_elem(&go_offsets, &slot);
@@ -471,6 +481,7 @@ static __always_inline void read_body_prefix(__u64 bw, __s64 wrote_bytes, struct
 
 SEC("uprobe")
 int BPF_UPROBE(h2_handler_done) {
+  if (stack_will_grow(ctx)) return 0;
   count(&hits, 1);
   __u32 slot = (__u32)bpf_get_attach_cookie(ctx);
   const struct sw_go_offsets *off = bpf_map_lookup_elem(&go_offsets, &slot);
@@ -612,6 +623,7 @@ static __always_inline int emit_http1_data(void *ctx, __u32 slot, __u64 conn, __
 
 SEC("uprobe")
 int BPF_UPROBE(http1_read_enter) {
+  if (stack_will_grow(ctx)) return 0;
   count(&hits, 2);
   struct read_call_key k = {.tgid = bpf_get_current_pid_tgid() >> 32, .goroutine = ctx->r14};
   struct read_call c = {.buf = ctx->bx, .entry_ns = 0};
@@ -638,6 +650,7 @@ int BPF_UPROBE(http1_read_return) {
 
 SEC("uprobe")
 int BPF_UPROBE(http1_write) {
+  if (stack_will_grow(ctx)) return 0;
   count(&hits, 4);
   return emit_http1_data(ctx, (__u32)bpf_get_attach_cookie(ctx), ctx->ax, SW_TLS_WRITE, ctx->bx,
                          ctx->cx);
@@ -645,6 +658,7 @@ int BPF_UPROBE(http1_write) {
 
 SEC("uprobe")
 int BPF_UPROBE(http1_close) {
+  if (stack_will_grow(ctx)) return 0;
   count(&hits, 5);
   struct conn_key ck = {.tgid = bpf_get_current_pid_tgid() >> 32, .conn = ctx->ax};
   if (bpf_map_delete_elem(&http1_last_direction, &ck)) return 0;  /* never carried data */

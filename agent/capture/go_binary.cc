@@ -288,7 +288,8 @@ Result<std::vector<uint64_t>> FindReturnInstructions(std::span<const uint8_t> co
   return rets;
 }
 
-Result<uint64_t> FindEntryAfterStackCheck(std::span<const uint8_t> code, uint64_t base_offset) {
+Result<EntryProbeSite> FindEntryProbeSite(std::span<const uint8_t> code, uint64_t base_offset) {
+  constexpr uint32_t kCarry = 1u << 0, kZero = 1u << 6;  // x86 EFLAGS CF, ZF
   std::unique_ptr<csh, CapstoneCloser> handle(new csh{});
   if (cs_open(CS_ARCH_X86, CS_MODE_64, handle.get()) != CS_ERR_OK) {
     delete handle.release();
@@ -318,10 +319,11 @@ Result<uint64_t> FindEntryAfterStackCheck(std::span<const uint8_t> code, uint64_
         }
       }
     } else if (compared_stack_guard && (insn->id == X86_INS_JBE || insn->id == X86_INS_JB)) {
-      return address;  // the instruction after the branch to morestack
+      // `address` has moved past the branch; insn->address is the branch itself.
+      return EntryProbeSite{insn->address, insn->id == X86_INS_JBE ? kCarry | kZero : kCarry};
     }
   }
-  return base_offset;  // no stack check (a NOSPLIT function): entry runs once per call
+  return EntryProbeSite{base_offset, 0};  // no stack check (NOSPLIT): the entry runs once per call
 }
 
 Result<GoBinary> GoBinary::Open(const std::string& path) {
@@ -450,13 +452,13 @@ std::optional<GoFunction> GoBinary::FindFunction(std::string_view name) const {
   return functions_[it->second];
 }
 
-Result<uint64_t> GoBinary::EntryAfterStackCheckOffset(const GoFunction& fn) const {
+Result<EntryProbeSite> GoBinary::EntryProbeSiteOf(const GoFunction& fn) const {
   uint64_t size = std::min<uint64_t>(fn.end - fn.entry, 64);
   auto code = fn.end > fn.entry ? elf_.BytesAt(fn.file_offset, size) : std::nullopt;
   if (!code) return Error{"function " + fn.name + " lies outside the file"};
-  auto offset = FindEntryAfterStackCheck(*code, fn.file_offset);
-  if (!offset) return Error{fn.name + ": " + offset.error()};
-  return offset;
+  auto site = FindEntryProbeSite(*code, fn.file_offset);
+  if (!site) return Error{fn.name + ": " + site.error()};
+  return site;
 }
 
 Result<std::vector<uint64_t>> GoBinary::ReturnInstructionOffsets(const GoFunction& fn) const {

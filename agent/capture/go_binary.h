@@ -55,11 +55,19 @@ Result<GoBuildInfo> ParseGoModInfo(std::string_view go_version, std::string_view
 Result<std::vector<uint64_t>> FindReturnInstructions(std::span<const uint8_t> code,
                                                      uint64_t base_offset);
 
-// File offset of the first instruction after a Go function's stack-growth check
-// (CMPQ 16(R14), SP|R12; JBE morestack), or base_offset when there is none. A uprobe at the
-// entry fires twice for a call that grows the stack (morestack re-runs the function from its
-// entry); one here fires once, with the argument registers still untouched.
-Result<uint64_t> FindEntryAfterStackCheck(std::span<const uint8_t> code, uint64_t base_offset);
+// Where an entry uprobe goes in a Go function: on the conditional branch of its stack-growth
+// check (CMPQ 16(R14), SP|R12; JBE|JB morestack), with the EFLAGS that mean the branch is taken.
+// The kernel emulates a conditional branch under a uprobe (one trap); most other first
+// instructions (Go <= 1.20 starts the frame with SUBQ) are single-stepped out of line, a second
+// trap that costs ~14 us more per hit on a virtualised host. When the branch will be taken, the
+// call grows its stack and re-runs from its entry: the BPF program skips that hit (the flags say
+// so), and the re-run is seen once. Argument registers are untouched up to the branch.
+// A function without the check (NOSPLIT) gets its entry and no flags.
+struct EntryProbeSite {
+  uint64_t offset = 0;               // file offset
+  uint32_t morestack_if_flags = 0;   // EFLAGS mask: CF|ZF for JBE, CF for JB; 0 for none
+};
+Result<EntryProbeSite> FindEntryProbeSite(std::span<const uint8_t> code, uint64_t base_offset);
 
 class GoBinary {
  public:
@@ -76,8 +84,8 @@ class GoBinary {
   // instantiations, whose type arguments the pclntab shortens to "[...]"): the lowest entry wins.
   std::optional<GoFunction> FindFunction(std::string_view name) const;
   Result<std::vector<uint64_t>> ReturnInstructionOffsets(const GoFunction& fn) const;
-  // Where an entry probe belongs: see FindEntryAfterStackCheck.
-  Result<uint64_t> EntryAfterStackCheckOffset(const GoFunction& fn) const;
+  // Where an entry probe belongs: see FindEntryProbeSite.
+  Result<EntryProbeSite> EntryProbeSiteOf(const GoFunction& fn) const;
 
  private:
   explicit GoBinary(ElfFile elf) : elf_(std::move(elf)) {}

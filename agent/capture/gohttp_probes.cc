@@ -64,6 +64,18 @@ int GoHttpProbes::OnRingBufferEvent(void* ctx, void* data, size_t size) {
   return 0;
 }
 
+bool GoHttpProbes::AttachUprobe(Attachment& a, bpf_program* prog, pid_t pid,
+                                const std::string& binary_path, EntryProbeSite site, uint32_t slot) {
+  // The cookie: the offsets slot, and above it the EFLAGS under which the site's stack-check
+  // branch goes to morestack (the BPF program then skips the hit: the call re-runs).
+  uint64_t cookie = slot | (uint64_t{site.morestack_if_flags} << 32);
+  LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie, .retprobe = false);
+  bpf_link* link = bpf_program__attach_uprobe_opts(prog, pid, binary_path.c_str(), site.offset, &opts);
+  if (!link) return false;
+  a.links.push_back(link);
+  return true;
+}
+
 Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
                                       const std::vector<GoHttp2ProbeSites>& stacks,
                                       const std::optional<Http1ProbeSites>& http1) {
@@ -89,15 +101,8 @@ Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
     }
     slot_used_[slot] = true;
     a.slots.push_back(slot);
-    auto attach = [&](bpf_program* prog, uint64_t offset) -> bool {
-      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = slot, .retprobe = false);
-      bpf_link* link = bpf_program__attach_uprobe_opts(prog, pid, binary_path.c_str(), offset, &opts);
-      if (!link) return false;
-      a.links.push_back(link);
-      return true;
-    };
-    if (!attach(skel_->progs.h2_process_headers, sites.process_headers_offset) ||
-        !attach(skel_->progs.h2_handler_done, sites.handler_done_offset)) {
+    if (!AttachUprobe(a, skel_->progs.h2_process_headers, pid, binary_path, sites.process_headers, slot) ||
+        !AttachUprobe(a, skel_->progs.h2_handler_done, pid, binary_path, sites.handler_done, slot)) {
       int err = errno;
       undo();
       return Error{"attaching uprobes to " + binary_path + " (pid " + std::to_string(pid) +
@@ -106,18 +111,11 @@ Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
   }
   if (http1) {
     uint32_t slot = a.slots.front();
-    auto attach = [&](bpf_program* prog, uint64_t offset) -> bool {
-      LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = slot, .retprobe = false);
-      bpf_link* link = bpf_program__attach_uprobe_opts(prog, pid, binary_path.c_str(), offset, &opts);
-      if (!link) return false;
-      a.links.push_back(link);
-      return true;
-    };
-    bool ok = attach(skel_->progs.http1_read_enter, http1->read_entry_offset) &&
-              attach(skel_->progs.http1_write, http1->write_entry_offset) &&
-              attach(skel_->progs.http1_close, http1->close_entry_offset);
+    bool ok = AttachUprobe(a, skel_->progs.http1_read_enter, pid, binary_path, http1->read_entry, slot) &&
+              AttachUprobe(a, skel_->progs.http1_write, pid, binary_path, http1->write_entry, slot) &&
+              AttachUprobe(a, skel_->progs.http1_close, pid, binary_path, http1->close_entry, slot);
     for (uint64_t ret : http1->read_return_offsets) {
-      ok = ok && attach(skel_->progs.http1_read_return, ret);
+      ok = ok && AttachUprobe(a, skel_->progs.http1_read_return, pid, binary_path, {ret, 0}, slot);
     }
     if (!ok) {
       int err = errno;

@@ -18,28 +18,30 @@
 #include <thread>
 #include <vector>
 
+#include "agent/capture/go_binary.h"
 #include "agent/core/result.h"
 #include "bpf/events.h"
 
 struct gohttp_bpf;
 struct bpf_link;
+struct bpf_program;
 struct ring_buffer;
 
 namespace stormwatch {
 
 // Where to put the probes in one target process: file offsets in its executable.
 struct GoHttp2ProbeSites {
-  uint64_t process_headers_offset = 0;
-  uint64_t handler_done_offset = 0;
+  EntryProbeSite process_headers;
+  EntryProbeSite handler_done;
   sw_go_offsets offsets{};
 };
 
 // net/http's HTTP/1.1 server connection: where its plaintext reads and writes pass.
 struct Http1ProbeSites {
-  uint64_t read_entry_offset = 0;            // (*connReader).Read, after the stack check
+  EntryProbeSite read_entry;                  // (*connReader).Read
   std::vector<uint64_t> read_return_offsets;  // its RET instructions
-  uint64_t write_entry_offset = 0;           // checkConnErrorWriter.Write
-  uint64_t close_entry_offset = 0;           // (*conn).close
+  EntryProbeSite write_entry;                 // checkConnErrorWriter.Write
+  EntryProbeSite close_entry;                 // (*conn).close
 };
 
 struct DropCounts {
@@ -91,6 +93,9 @@ class GoHttpProbes {
   GoHttpProbes() = default;
   static int OnRingBufferEvent(void* ctx, void* data, size_t size);
   uint64_t SumPerCpu(int map_fd, uint32_t key) const;
+  struct Attachment;
+  bool AttachUprobe(Attachment& a, bpf_program* prog, pid_t pid, const std::string& binary_path,
+                    EntryProbeSite site, uint32_t slot);
   void ReapLinks();          // the detach thread's loop
   void ReleaseDetachedSlots();
 

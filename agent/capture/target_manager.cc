@@ -128,10 +128,10 @@ std::optional<Http1ProbeSites> PlanHttp1Probes(const GoBinary& binary, std::stri
     return std::nullopt;
   };
   if (!read_fn || !write_fn || !close_fn) return note("net/http's HTTP/1.1 server not found");
-  auto read_entry = binary.EntryAfterStackCheckOffset(*read_fn);
+  auto read_entry = binary.EntryProbeSiteOf(*read_fn);
   auto read_returns = binary.ReturnInstructionOffsets(*read_fn);
-  auto write_entry = binary.EntryAfterStackCheckOffset(*write_fn);
-  auto close_entry = binary.EntryAfterStackCheckOffset(*close_fn);
+  auto write_entry = binary.EntryProbeSiteOf(*write_fn);
+  auto close_entry = binary.EntryProbeSiteOf(*close_fn);
   if (!read_entry) return note(read_entry.error());
   if (!read_returns || read_returns->empty()) {
     return note(read_returns ? "no RET in (*connReader).Read" : read_returns.error());
@@ -190,8 +190,8 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
                       (plan.xnet_version.empty() ? std::string("(unknown)") : plan.xnet_version) +
                       ": " + layout.error());
     }
-    auto headers_site = binary.EntryAfterStackCheckOffset(f.headers);
-    auto done_site = binary.EntryAfterStackCheckOffset(f.done);
+    auto headers_site = binary.EntryProbeSiteOf(f.headers);
+    auto done_site = binary.EntryProbeSiteOf(f.done);
     if (!headers_site || !done_site) {
       return fail(AttachFailure::kAttachFailed,
                   "cannot place " + f.stack->name + " entry probes: " +

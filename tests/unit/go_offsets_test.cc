@@ -220,29 +220,26 @@ TEST_P(MatrixBuild, BothStacksFoundAndProven) {
     auto layout = LookupGoHttp2Layout(*plan.stacks[i], plan.go_version, "", false);
     ASSERT_TRUE(layout.ok());
     EXPECT_EQ(std::memcmp(&plan.sites[i].offsets, &layout->offsets, sizeof(sw_go_offsets)), 0);
-    EXPECT_NE(plan.sites[i].process_headers_offset, plan.sites[i].handler_done_offset);
+    EXPECT_NE(plan.sites[i].process_headers.offset, plan.sites[i].handler_done.offset);
   }
 }
 
-// The toolchain's own objdump: the address after the first JBE of `symbol`.
-uint64_t GoObjdumpAfterJbe(const std::string& go, const std::string& binary,
-                           const std::string& symbol_regex) {
+// The toolchain's own objdump: the address of the first JBE of `symbol` (the stack check's).
+uint64_t GoObjdumpJbe(const std::string& go, const std::string& binary,
+                      const std::string& symbol_regex) {
   std::string out =
       Run(go + " tool objdump -s '" + symbol_regex + "' " + binary + " 2>/dev/null | head -8");
   std::istringstream lines(out);
   std::string line;
-  bool next = false;
   while (std::getline(lines, line)) {
     size_t hex = line.find("0x");
     if (hex == std::string::npos || line.starts_with("TEXT")) continue;
-    uint64_t addr = std::stoull(line.substr(hex), nullptr, 16);
-    if (next) return addr;
-    if (line.find("JBE") != std::string::npos) next = true;
+    if (line.find("JBE") != std::string::npos) return std::stoull(line.substr(hex), nullptr, 16);
   }
   return 0;
 }
 
-TEST_P(MatrixBuild, ProbeSitesAfterStackCheckMatchTheToolchainsObjdump) {
+TEST_P(MatrixBuild, ProbeSitesOnTheStackCheckBranchMatchTheToolchainsObjdump) {
   ASSERT_TRUE(Exists(unstripped())) << unstripped();
   auto binary = GoBinary::Open(stripped());
   ASSERT_TRUE(binary.ok()) << binary.error();
@@ -250,8 +247,9 @@ TEST_P(MatrixBuild, ProbeSitesAfterStackCheckMatchTheToolchainsObjdump) {
     for (const std::string& name : {stack.process_headers, stack.handler_done}) {
       auto fn = binary->FindFunction(name);
       ASSERT_TRUE(fn) << name;
-      auto site = binary->EntryAfterStackCheckOffset(*fn);
+      auto site = binary->EntryProbeSiteOf(*fn);
       ASSERT_TRUE(site.ok()) << site.error();
+      EXPECT_EQ(site->morestack_if_flags, 0x41u) << "JBE: taken on CF or ZF";
       // "net/http.(*http2serverConn).processHeaders" -> regex "^net/http\.\(\*http2serverConn\)\.processHeaders$"
       std::string regex = "^";
       for (char c : name) {
@@ -259,9 +257,9 @@ TEST_P(MatrixBuild, ProbeSitesAfterStackCheckMatchTheToolchainsObjdump) {
         regex += c;
       }
       regex += "$";
-      uint64_t expected = GoObjdumpAfterJbe(go(), unstripped(), regex);
+      uint64_t expected = GoObjdumpJbe(go(), unstripped(), regex);
       ASSERT_NE(expected, 0u) << "objdump found no JBE in " << name;
-      EXPECT_EQ(*site - fn->file_offset, expected - fn->entry) << name << " (Go " << GetParam() << ")";
+      EXPECT_EQ(site->offset - fn->file_offset, expected - fn->entry) << name << " (Go " << GetParam() << ")";
     }
   }
 }
