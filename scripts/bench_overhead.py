@@ -31,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e"))
-from cluster import Cluster  # noqa: E402
+from cluster import Cluster, default_go_out  # noqa: E402
 from agent import Agent, AGENT_BINARY  # noqa: E402
 
 H2LOAD = "/usr/bin/h2load"
@@ -301,6 +301,10 @@ def main():
                     help="also time the agent's BPF programs (sets kernel.bpf_stats_enabled=1 for the run, "
                          "restores it after; adds two clock reads per program run)")
     ap.add_argument("--seconds", type=int, default=None, help="window per round (default 12, --quick 5)")
+    ap.add_argument("--go", default=None, metavar="1.NN",
+                    help="the test API server built by this Go toolchain (test-apiserver-go1.NN; default: "
+                         "Debian's Go 1.19 build). Go <= 1.20 and >= 1.21 start functions differently, "
+                         "which changes what a uprobe costs (docs/benchmark.md)")
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
     secs = args.seconds or (5 if args.quick else 12)
@@ -327,7 +331,8 @@ def main():
 
 def run(args, rounds, secs):
     # APF would otherwise queue and 429 at 256+ requests in flight: that measures APF, not us.
-    with Cluster(apiserver_args=["--max-requests-inflight", "20000",
+    apiserver_bin = os.path.join(default_go_out(), "test-apiserver-go" + args.go) if args.go else None
+    with Cluster(apiserver_bin=apiserver_bin, apiserver_args=["--max-requests-inflight", "20000",
                                  "--max-mutating-requests-inflight", "10000"]) as c, \
             tempfile.TemporaryDirectory(prefix="stormwatch-bench-") as work:
         token_file = c.mint_token("default", "bench-client")
@@ -338,7 +343,8 @@ def run(args, rounds, secs):
             raise RuntimeError("kubectl create configmap failed: " + r.stderr)
         url = c.base_url + "/api/v1/namespaces/default/configmaps/bench"
         b = Bench(c, work, url, token, secs, bpf_stats=args.bpf_stats)
-        print(f"server pid {c.apiserver_pid}, {rounds} A/B pairs per mode, {secs} s windows, "
+        print(f"server pid {c.apiserver_pid} ({os.path.basename(apiserver_bin or 'test-apiserver')}), "
+              f"{rounds} A/B pairs per mode, {secs} s windows, "
               f"{os.cpu_count()} CPUs shared by h2load, server, etcd and the agent", flush=True)
 
         # Warm-up (not measured): TLS session caches, Go heap growth, etcd's page cache.
