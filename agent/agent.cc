@@ -35,6 +35,7 @@ void PublishTargetChange(PrometheusExporter& exporter, const TargetStatus& t, bo
   std::map<std::string, std::string> labels = {
       {"pid", std::to_string(t.process.pid)}, {"target", t.process.name},
       {"go_version", t.go_version},           {"xnet_version", t.xnet_version},
+      {"grpc_version", t.grpc_version},
       {"stack", t.stack},                     {"status", t.attached ? "attached" : "refused"}};
   exporter.SetTargetInfo(labels, present);
   if (!present) {
@@ -42,9 +43,10 @@ void PublishTargetChange(PrometheusExporter& exporter, const TargetStatus& t, bo
     return;
   }
   if (t.attached) {
-    spdlog::info("attached to {} pid {} ({}, x/net {}, {} HTTP/2 stack){}{}", t.process.name,
+    spdlog::info("attached to {} pid {} ({}, x/net {}{}{}, {} HTTP/2 stack){}{}", t.process.name,
                  t.process.pid, t.go_version, t.xnet_version.empty() ? "unknown" : t.xnet_version,
-                 t.stack, t.problem.empty() ? "" : ": ", t.problem);
+                 t.grpc_version.empty() ? "" : ", grpc ", t.grpc_version, t.stack,
+                 t.problem.empty() ? "" : ": ", t.problem);
   } else {
     spdlog::warn("not attaching to {} pid {}: {}", t.process.name, t.process.pid, t.problem);
     exporter.CountAttachFailure(t.process.name, AttachFailureName(t.failure));

@@ -64,6 +64,7 @@ TargetStatus TargetManager::Attach(const TargetProcess& process) {
   GoHttp2ProbePlan plan = PlanGoHttp2Probes(process.exe_path);
   s.go_version = plan.go_version;
   s.xnet_version = plan.xnet_version;
+  s.grpc_version = plan.grpc_version;
   s.stack = plan.stack_names();
   s.problem = plan.problem;
   s.failure = plan.failure;
@@ -149,6 +150,9 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
   plan.module_info = info.main.has_value() || !info.deps.empty();
   if (const GoModule* xnet = info.FindModule("golang.org/x/net")) {
     plan.xnet_version = xnet->effective_version();
+  }
+  if (const GoModule* grpc = info.FindModule("google.golang.org/grpc")) {
+    plan.grpc_version = grpc->effective_version();
   }
   auto fail = [&](AttachFailure f, std::string why) {
     plan.failure = f;

@@ -35,6 +35,9 @@ struct TargetStatus {
   uint32_t slot = 0;
   std::string go_version;
   std::string xnet_version;  // "" when the binary has no module information (GOPATH build)
+  // google.golang.org/grpc, when linked (etcd): its gRPC reaches the agent through the HTTP/2
+  // server stacks above (ServeHTTP), so it decides nothing here but names the build.
+  std::string grpc_version;
   // The HTTP/2 server stacks found in the binary (all of them attached when `attached`),
   // comma-separated in the order "x/net,std"; "" when none was found or the binary is unreadable.
   std::string stack;
@@ -49,6 +52,7 @@ struct TargetStatus {
 struct GoHttp2ProbePlan {
   std::string go_version;
   std::string xnet_version;
+  std::string grpc_version;                 // "" when not linked or no module information
   bool module_info = false;                 // false for GOPATH builds
   std::vector<const Http2Stack*> stacks;    // found in the binary, x/net first
   std::vector<GoHttp2ProbeSites> sites;     // one per stack when failure == kNone

@@ -135,6 +135,7 @@ class CaptureMatrix(CaptureMatrixBase):
         self.assertEqual(info[0]["status"], "attached", info)
         self.assertEqual(info[0]["stack"], "x/net,std", info)
         self.assertTrue(info[0]["go_version"].startswith("go%s." % go), info)
+        self.assertEqual((info[0]["xnet_version"], info[0]["grpc_version"]), ("", ""), "a GOPATH build: no module versions")
         self.assertEqual(info[0]["pid"], str(c.apiserver_pid))
         time.sleep(0.3)  # nothing in flight: the baseline is exact
         before = count_map(c.server_counts())

@@ -214,6 +214,7 @@ TEST_P(MatrixBuild, BothStacksFoundAndProven) {
   EXPECT_EQ(plan.stack_names(), "x/net,std");
   EXPECT_FALSE(plan.module_info) << "GOPATH build";
   EXPECT_EQ(plan.xnet_version, "");
+  EXPECT_EQ(plan.grpc_version, "");
   EXPECT_NE(plan.problem.find("GOPATH"), std::string::npos) << plan.problem;
   ASSERT_EQ(plan.sites.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
