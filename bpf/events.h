@@ -62,6 +62,7 @@ struct sw_go_offsets {
 #define SW_NETFD_FAMILY 56   /* netFD.family int (AF_INET, AF_INET6); sotype int follows at +64 */
 #define SW_NETFD_LADDR 96    /* netFD.laddr; raddr follows at +112 */
 #define SW_TCPADDR_PORT 24   /* TCPAddr{IP []byte (+0); Port int} */
+#define SW_HTTP_CONN_RWC 16  /* net/http.conn{server; cancelCtx; rwc net.Conn}: HTTP/1.1's net.Conn */
 
 /* One end of a TCP connection, as Go's net.TCPAddr holds it. ip_len 0: unknown (not TCP, or
  * unreadable); 4 or 16 (an IPv4 peer of a dual-stack listener is 16 bytes, ::ffff:a.b.c.d). */

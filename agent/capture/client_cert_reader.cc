@@ -1,30 +1,19 @@
 #include "agent/capture/client_cert_reader.h"
 
 #include <openssl/x509.h>
-#include <sys/uio.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 
 #include "agent/capture/go_offsets.h"
+#include "agent/capture/remote_memory.h"
 
 namespace stormwatch {
 namespace {
 
 constexpr uint64_t kMaxPeerCertificates = 16;
 constexpr uint64_t kMaxCertificateBytes = 64 * 1024;
-
-bool ReadRemote(pid_t pid, uint64_t address, void* out, size_t size) {
-  if (address == 0) return false;
-  iovec local{out, size};
-  iovec remote{reinterpret_cast<void*>(address), size};
-  return process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(size);
-}
-
-struct GoSlice {
-  uint64_t ptr, len, cap;
-};
 
 std::string NameEntry(X509_NAME* name, int index) {
   X509_NAME_ENTRY* e = X509_NAME_get_entry(name, index);
@@ -114,10 +103,10 @@ std::optional<CertSubject> ClientCertReader::ReadDer(pid_t pid, CertLocation whe
 
 std::optional<CertSubject> ClientCertReader::ReadConnection(pid_t pid, uint64_t net_conn,
                                                             const GoTlsLayout& layout) {
-  uint64_t iface[2];  // itab, data (*tls.Conn)
+  GoInterface conn{};  // data: *tls.Conn
   GoSlice peers{};
-  if (!ReadRemote(pid, net_conn, iface, sizeof(iface)) ||
-      !ReadRemote(pid, iface[1] + layout.tls_peer_certificates, &peers, sizeof(peers))) {
+  if (!ReadRemote(pid, net_conn, &conn) ||
+      !ReadRemote(pid, conn.data + layout.tls_peer_certificates, &peers)) {
     ++read_errors_;
     return std::nullopt;
   }
@@ -125,8 +114,7 @@ std::optional<CertSubject> ClientCertReader::ReadConnection(pid_t pid, uint64_t 
   uint64_t cert = 0;
   GoSlice raw{};
   if (peers.len > kMaxPeerCertificates || peers.cap < peers.len ||
-      !ReadRemote(pid, peers.ptr, &cert, sizeof(cert)) ||
-      !ReadRemote(pid, cert, &raw, sizeof(raw)) || raw.cap < raw.len) {
+      !ReadRemote(pid, peers.ptr, &cert) || !ReadRemote(pid, cert, &raw) || raw.cap < raw.len) {
     ++read_errors_;
     return std::nullopt;
   }

@@ -23,11 +23,12 @@
 
 #include "agent/core/request_record.h"
 #include "agent/core/result.h"
+#include "bpf/events.h"
 
 namespace stormwatch {
 
 struct GoTlsLayout {
-  uint32_t http_conn_rwc = 16;         // net/http.conn.rwc (net.Conn)
+  uint32_t http_conn_rwc = SW_HTTP_CONN_RWC;  // net/http.conn.rwc (net.Conn)
   uint32_t tls_peer_certificates = 0;  // tls.Conn.peerCertificates
 };
 

@@ -1,29 +1,13 @@
 #include "agent/capture/connection_ends.h"
 
 #include <sys/socket.h>
-#include <sys/uio.h>
 
-#include <vector>
-
+#include "agent/capture/remote_memory.h"
 #include "agent/protocol/tcp_endpoint.h"
 #include "bpf/events.h"
 
 namespace stormwatch {
 namespace {
-
-constexpr uint64_t kHttpConnRwc = 16;  // net/http.conn{server *Server; cancelCtx; rwc net.Conn}
-
-template <typename T>
-bool ReadRemote(pid_t pid, uint64_t address, T* out) {
-  if (address == 0) return false;
-  iovec local{out, sizeof(T)};
-  iovec remote{reinterpret_cast<void*>(address), sizeof(T)};
-  return process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof(T));
-}
-
-struct GoInterface {
-  uint64_t itab, data;
-};
 
 // The *netFD under a net.Conn's data word when it is a TCP socket (see the header).
 uint64_t TcpNetFd(pid_t pid, uint64_t conn_data) {
@@ -53,9 +37,7 @@ std::string ReadTcpAddr(pid_t pid, uint64_t tcp_addr) {
   if (!ReadRemote(pid, tcp_addr, &a) || a.port < 0 || a.port > 0xffff) return "";
   uint8_t ip[16];
   if (a.ip_len != 4 && a.ip_len != 16) return "";
-  iovec local{ip, a.ip_len};
-  iovec remote{reinterpret_cast<void*>(a.ip_ptr), a.ip_len};
-  if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(a.ip_len)) return "";
+  if (!ReadRemote(pid, a.ip_ptr, ip, a.ip_len)) return "";
   return FormatTcpEndpoint(std::span<const uint8_t>(ip, a.ip_len), static_cast<uint16_t>(a.port));
 }
 
@@ -76,7 +58,7 @@ const ConnectionEnds& Http1ConnectionEnds::Lookup(pid_t pid, uint64_t http_conn)
   return cache_.FindOrInsert(
       {pid, http_conn},
       [&] {
-        ConnectionEnds ends = ReadConnectionEnds(pid, http_conn + kHttpConnRwc);
+        ConnectionEnds ends = ReadConnectionEnds(pid, http_conn + SW_HTTP_CONN_RWC);
         if (ends.peer.empty()) ++read_errors_;
         return ends;
       },

@@ -23,7 +23,7 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 CHART = os.path.join(REPO, "helm", "stormwatch")
-# CI clones the repo with a copy of shared/ beside it; CMake passes the path it found.
+# CI clones the repo with a copy of shared/ beside it; STORMWATCH_SHARED_DIR overrides.
 SHARED = os.path.abspath(os.environ.get("STORMWATCH_SHARED_DIR", os.path.join(REPO, "..", "shared")))
 SCHEMAS = os.path.join(SHARED, "schemas")
 BUILD_DIR = os.environ.get("STORMWATCH_BUILD_DIR", os.path.join(REPO, "build"))

@@ -424,7 +424,7 @@ TEST_P(MatrixBuild, TableOffsetsEqualTheCompilersDwarf) {
   EXPECT_EQ(dw.Get("net.netFD", "raddr"), SW_NETFD_LADDR + 16);
   EXPECT_EQ(dw.Get("net.TCPAddr", "IP"), 0);
   EXPECT_EQ(dw.Get("net.TCPAddr", "Port"), SW_TCPADDR_PORT);
-  EXPECT_EQ(dw.Get("net/http.conn", "rwc"), 16);  // connection_ends.cc kHttpConnRwc
+  EXPECT_EQ(dw.Get("net/http.conn", "rwc"), SW_HTTP_CONN_RWC);
 }
 
 INSTANTIATE_TEST_SUITE_P(GoToolchains, MatrixBuild, ::testing::ValuesIn(kMatrix),
