@@ -7,6 +7,8 @@
 #include <cstring>
 #include <memory>
 
+#include "agent/capture/go_offsets.h"
+
 namespace stormwatch {
 namespace {
 
@@ -58,7 +60,9 @@ struct RawFunction {
 
 // Decodes the function table of one pclntab candidate. `tab` runs from the header to the end of
 // the section (or of the segment, when found by scanning).
-Result<std::vector<RawFunction>> ParsePclntab(std::span<const uint8_t> tab) {
+// `module_text` is moduledata.text, the base of function offsets when the header has none
+// (Go 1.26 dropped pcHeader.textStart); 0 if moduledata was not found.
+Result<std::vector<RawFunction>> ParsePclntab(std::span<const uint8_t> tab, uint64_t module_text) {
   auto magic = ReadUint(tab, 0, 4);
   if (!magic || tab.size() < kPclnHeaderSize + 8 * kPtrSize) return Error{"pclntab truncated"};
   if (tab[4] != 0 || tab[5] != 0 || (tab[6] != 1 && tab[6] != 2 && tab[6] != 4) ||
@@ -101,7 +105,10 @@ Result<std::vector<RawFunction>> ParsePclntab(std::span<const uint8_t> tab) {
     return Error{"pclntab function count " + std::to_string(nfunc) + " does not fit the table"};
   }
   if ((*magic == kGo118Magic || *magic == kGo120Magic) && text_start == 0) {
-    return Error{"pclntab has no text start (unrelocated position-independent binary?)"};
+    text_start = module_text;
+    if (text_start == 0) {
+      return Error{"pclntab has no text start and runtime.moduledata was not found"};
+    }
   }
 
   auto field = [&](uint64_t i) { return ReadUint(*functab, i * field_size, field_size); };
@@ -330,9 +337,37 @@ Result<GoBinary> GoBinary::Open(const std::string& path) {
   auto elf = ElfFile::Open(path);
   if (!elf) return Error{elf.error()};
   GoBinary binary(std::move(*elf));
-  if (auto ok = binary.ReadPclntab(); !ok) return Error{path + ": " + ok.error()};
+  // Build info first: the Go release says where moduledata's fields are, and moduledata.text is
+  // where Go 1.26+ function addresses start.
   if (auto ok = binary.ReadBuildInfo(); !ok) return Error{path + ": " + ok.error()};
+  binary.ReadModuleData();
+  if (auto ok = binary.ReadPclntab(); !ok) return Error{path + ": " + ok.error()};
   return binary;
+}
+
+void GoBinary::ReadModuleData() {
+  auto version = GoVersion::Parse(build_info_.go_version);
+  const ElfSection* pclntab = elf_.FindSection(".gopclntab");
+  if (!pclntab) pclntab = elf_.FindSection(".data.rel.ro.gopclntab");
+  if (!version) {
+    module_data_ = Error{version.error()};
+  } else if (!pclntab) {
+    module_data_ = Error{"no .gopclntab section to find runtime.moduledata by"};
+  } else {
+    module_data_ = FindGoModuleData(elf_, version->minor, pclntab->addr);
+  }
+}
+
+Result<const GoTypes*> GoBinary::types() const {
+  if (!types_->types) {
+    if (!module_data_) {
+      types_->types = Result<GoTypes>(Error{"no type data: " + module_data_.error()});
+    } else {
+      types_->types = GoTypes::Read(elf_, *module_data_, GoVersion::Parse(go_version())->minor);
+    }
+  }
+  if (!*types_->types) return Error{types_->types->error()};
+  return &types_->types->value();
 }
 
 Result<bool> GoBinary::ReadPclntab() {
@@ -356,7 +391,7 @@ Result<bool> GoBinary::ReadPclntab() {
 
   std::string first_error;
   for (std::span<const uint8_t> tab : candidates) {
-    auto parsed = ParsePclntab(tab);
+    auto parsed = ParsePclntab(tab, module_data_ ? module_data_->text : 0);
     std::vector<GoFunction> functions;
     if (parsed) {
       functions.reserve(parsed->size());

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "agent/capture/elf_file.h"
+#include "agent/capture/go_types.h"
 #include "agent/core/result.h"
 
 namespace stormwatch {
@@ -77,6 +79,11 @@ class GoBinary {
   const GoBuildInfo& build_info() const { return build_info_; }
   const std::string& go_version() const { return build_info_.go_version; }
   uint32_t pclntab_magic() const { return pclntab_magic_; }
+  // runtime.firstmoduledata, or why it could not be read (Go before 1.18, corrupt data).
+  const Result<GoModuleData>& module_data() const { return module_data_; }
+  // The runtime type descriptors (struct layouts), read on first use: ~0.1-0.5 s for a
+  // 100 MB binary. The pointer lives as long as this GoBinary (and its copies).
+  Result<const GoTypes*> types() const;
 
   // Every function of the pclntab, sorted by entry.
   const std::vector<GoFunction>& functions() const { return functions_; }
@@ -91,10 +98,16 @@ class GoBinary {
   explicit GoBinary(ElfFile elf) : elf_(std::move(elf)) {}
   Result<bool> ReadPclntab();
   Result<bool> ReadBuildInfo();
+  void ReadModuleData();
 
   ElfFile elf_;
   GoBuildInfo build_info_;
   uint32_t pclntab_magic_ = 0;
+  Result<GoModuleData> module_data_ = Error{"not read"};
+  struct TypesCache {
+    std::optional<Result<GoTypes>> types;
+  };
+  std::shared_ptr<TypesCache> types_ = std::make_shared<TypesCache>();
   std::vector<GoFunction> functions_;
   // Keys view the names inside the mapped file, which every copy of elf_ keeps alive.
   std::unordered_map<std::string_view, uint32_t> by_name_;
