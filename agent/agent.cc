@@ -36,7 +36,10 @@ void PublishTargetChange(PrometheusExporter& exporter, const TargetStatus& t, bo
       {"pid", std::to_string(t.process.pid)}, {"target", t.process.name},
       {"go_version", t.go_version},           {"xnet_version", t.xnet_version},
       {"grpc_version", t.grpc_version},
-      {"stack", t.stack},                     {"status", t.attached ? "attached" : "refused"}};
+      {"stack", t.stack},                     {"status", t.attached ? "attached" : "refused"},
+      {"role", t.etcd ? "etcd" : "apiserver"},
+      {"reason", AttachFailureName(t.failure)},
+      {"missing", t.gap.type.empty() ? "" : t.gap.type + (t.gap.field.empty() ? "" : "." + t.gap.field)}};
   exporter.SetTargetInfo(labels, present);
   if (!present) {
     spdlog::info("target {} pid {} gone; probes detached", t.process.name, t.process.pid);
@@ -140,8 +143,10 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
                         [&](const TargetStatus& t, bool present) {
                           PublishTargetChange(*exporter, t, present);
                           if (present) {
-                            pipeline.SetTargetRole(t.process.pid, RoleOfExecutable(t.process.name));
-                            cert_identities.SetTarget(t.process.pid, t.go_version);
+                            pipeline.SetTargetRole(t.process.pid,
+                                                   t.etcd ? TargetRole::kEtcd : TargetRole::kApiServer);
+                            cert_identities.SetTarget(t.process.pid, t.layout);
+                            http1_ends.SetTarget(t.process.pid, t.layout);
                           } else {
                             pipeline.ForgetProcess(t.process.pid);
                             cert_identities.ForgetProcess(t.process.pid);

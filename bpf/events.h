@@ -29,15 +29,18 @@ enum sw_drop_cause {
 #define SW_DATA_LIMIT 16384   /* header data area; a field is written only if it starts below */
 #define SW_DATA_SIZE (SW_DATA_LIMIT + 4 + SW_MAX_NAME + SW_MAX_VALUE + 1) /* verifier headroom */
 
-/* Where to find things inside one Go binary's HTTP/2 server. Filled per target from the
- * versioned offset table (agent/capture/go_offsets.cc); picked by the uprobe's attach cookie. */
+/* Where to find things inside one Go binary: struct field offsets and the header map's layout,
+ * read per target from the binary's own runtime type descriptors (agent/capture/go_layout.cc);
+ * one copy per HTTP/2 stack of the target, picked by the uprobe's attach cookie. */
 struct sw_go_offsets {
   /* (*serverConn).processHeaders(f *MetaHeadersFrame): receiver in RAX, f in RBX. */
+  __u32 mhf_headers_frame; /* MetaHeadersFrame.HeadersFrame (*HeadersFrame, embedded) */
   __u32 mhf_fields;        /* MetaHeadersFrame.Fields (slice): ptr, len */
-  __u32 frame_stream_id;   /* *HeadersFrame (at +0) -> FrameHeader.StreamID */
+  __u32 frame_stream_id;   /* HeadersFrame.FrameHeader.StreamID */
   __u32 field_size;        /* sizeof(hpack.HeaderField) */
   __u32 field_name;        /* HeaderField.Name (string) */
   __u32 field_value;       /* HeaderField.Value (string) */
+  __u32 sc_conn;           /* serverConn.conn: the connection's net.Conn (itab, data) */
   /* (*responseWriter).handlerDone(): receiver in RAX. */
   __u32 rw_rws;            /* responseWriter.rws */
   __u32 rws_stream;        /* responseWriterState.stream */
@@ -45,24 +48,51 @@ struct sw_go_offsets {
   __u32 rws_wrote_bytes;   /* responseWriterState.wroteBytes (int64) */
   __u32 stream_sc;         /* stream.sc (*serverConn) */
   __u32 stream_id;         /* stream.id (uint32) */
-  __u32 rws_req;           /* responseWriterState.req (*http.Request; Method string at +0) */
-  __u32 rws_bw;            /* responseWriterState.bw (*bufio.Writer: buf []byte at +16, n at +40) */
-  __u32 rws_handler_header; /* responseWriterState.handlerHeader (http.Header: *runtime.hmap) */
-  __u32 capture_write_bodies; /* set per target by the agent: kube-apiserver yes, etcd no */
-  __u32 sc_conn;           /* serverConn.conn: the connection's net.Conn (itab, data) */
-  __u32 tls_peer_certificates; /* tls.Conn.peerCertificates (per Go release; 0: not read) */
+  __u32 rws_req;           /* responseWriterState.req */
+  __u32 rws_req_inline;    /* 1: req is the request itself (Go 1.27's ServerRequest), 0: a pointer */
+  __u32 req_method;        /* the request's Method (string) */
+  __u32 rws_bw;            /* responseWriterState.bw (*bufio.Writer) */
+  __u32 bufio_buf;         /* bufio.Writer.buf ([]byte) */
+  __u32 bufio_n;           /* bufio.Writer.n (int) */
+  __u32 rws_handler_header; /* responseWriterState.handlerHeader (http.Header: a map) */
+  __u32 capture_write_bodies; /* kube-apiserver yes (set per target), etcd no; 0 without the fields */
+  __u32 tls_peer_certificates; /* tls.Conn.peerCertificates ([]*x509.Certificate); 0: not read */
+  __u32 x509_raw;          /* x509.Certificate.Raw ([]byte) */
+  /* Go's net package. A server connection's net.Conn is a *tls.Conn (whose conn field is the
+   * net.Conn beneath it) or, without TLS, a *net.TCPConn:
+   *   *net.TCPConn -> conn.fd *netFD -> laddr, raddr (net.Addr) -> *net.TCPAddr{IP []byte; Port} */
+  __u32 read_addrs;        /* 1 when the fields below were all found */
+  __u32 tls_conn_conn;     /* tls.Conn.conn (net.Conn) */
+  __u32 tcpconn_fd;        /* net.TCPConn.conn.fd (*netFD) */
+  __u32 netfd_family;      /* netFD.family (int) */
+  __u32 netfd_sotype;      /* netFD.sotype (int) */
+  __u32 netfd_laddr;       /* netFD.laddr (net.Addr) */
+  __u32 netfd_raddr;       /* netFD.raddr (net.Addr) */
+  __u32 tcpaddr_ip;        /* TCPAddr.IP ([]byte) */
+  __u32 tcpaddr_port;      /* TCPAddr.Port (int) */
+  /* net/http's HTTP/1.1 server. */
+  __u32 conn_reader_conn;  /* connReader.conn (*conn): +0 up to Go 1.25, after rwc from 1.26 */
+  __u32 http_conn_rwc;     /* conn.rwc (net.Conn) */
+  /* The response header map (map[string][]string), from its map type descriptor. */
+  __u32 map_swiss;         /* 1: Swiss tables (Go 1.24+), 0: buckets (Go <= 1.23) */
+  __u32 map_dir_ptr;       /* Swiss: maps.Map.dirPtr (a group, or the table directory) */
+  __u32 map_dir_len;       /* Swiss: maps.Map.dirLen (0: one group, no tables) */
+  __u32 table_groups;      /* Swiss: maps.table.groups.data */
+  __u32 table_mask;        /* Swiss: maps.table.groups.lengthMask */
+  __u32 group_size;        /* bytes of one group (Swiss) or bucket; 0: the map is not read */
+  __u32 keys_offset;       /* slot i's key at keys_offset + i * key_stride in a group/bucket */
+  __u32 key_stride;
+  __u32 elems_offset;      /* slot i's elem at elems_offset + i * elem_stride */
+  __u32 elem_stride;
 };
 
-/* Go's net package, the same in every Go release of the offset table (checked against each
- * toolchain's DWARF by tests/unit/go_offsets_test.cc). A server connection's net.Conn is a
- * *tls.Conn (whose first field is the net.Conn beneath it) or, without TLS, a *net.TCPConn:
- *   *net.TCPConn -> conn.fd *netFD -> laddr, raddr (net.Addr) -> *net.TCPAddr{IP []byte; Port} */
-#define SW_TLS_CONN_CONN 0   /* tls.Conn.conn */
-#define SW_TCPCONN_FD 0      /* net.TCPConn{conn{fd *netFD}} */
-#define SW_NETFD_FAMILY 56   /* netFD.family int (AF_INET, AF_INET6); sotype int follows at +64 */
-#define SW_NETFD_LADDR 96    /* netFD.laddr; raddr follows at +112 */
-#define SW_TCPADDR_PORT 24   /* TCPAddr{IP []byte (+0); Port int} */
-#define SW_HTTP_CONN_RWC 16  /* net/http.conn{server; cancelCtx; rwc net.Conn}: HTTP/1.1's net.Conn */
+/* runtime.hmap (Go 1.12-1.23; Go 1.24 replaced it), checked against the binary's type data. */
+#define SW_HMAP_COUNT 0
+#define SW_HMAP_FLAGS 8
+#define SW_HMAP_B 9
+#define SW_HMAP_BUCKETS 16
+#define SW_HMAP_OLDBUCKETS 24
+#define SW_MAP_GROUP_MAX 512 /* largest bucket/group the BPF program copies */
 
 /* One end of a TCP connection, as Go's net.TCPAddr holds it. ip_len 0: unknown (not TCP, or
  * unreadable); 4 or 16 (an IPv4 peer of a dual-stack listener is 16 bytes, ::ffff:a.b.c.d). */

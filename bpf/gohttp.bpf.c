@@ -155,13 +155,16 @@ static long copy_one_field(__u64 i, void *vctx) {
 }
 
 /* One end of the connection from a *net.TCPAddr (net.Addr's data word). */
-static __always_inline void read_tcp_addr(__u64 tcp_addr, struct sw_sock_addr *out) {
+static __always_inline void read_tcp_addr(__u64 tcp_addr, const struct sw_go_offsets *off,
+                                          struct sw_sock_addr *out) {
   struct {
-    __u64 ip_ptr, ip_len, ip_cap;
+    __u64 ip_ptr, ip_len;
     __s64 port;
   } a;
   out->ip_len = 0;
-  if (!tcp_addr || bpf_probe_read_user(&a, sizeof(a), (void *)tcp_addr)) return;
+  if (!tcp_addr || bpf_probe_read_user(&a.ip_ptr, 16, (void *)(tcp_addr + off->tcpaddr_ip)) ||
+      bpf_probe_read_user(&a.port, 8, (void *)(tcp_addr + off->tcpaddr_port)))
+    return;
   if (a.port < 0 || a.port > 0xffff) return;
   if (a.ip_len == 4) {
     if (bpf_probe_read_user(out->ip, 4, (void *)a.ip_ptr)) return;
@@ -176,24 +179,24 @@ static __always_inline void read_tcp_addr(__u64 tcp_addr, struct sw_sock_addr *o
 
 /* The *netFD under a server connection's net.Conn data word, if it is a TCP socket: under TLS
  * first (tls.Conn.conn), then as a bare *net.TCPConn. 0 when neither reads as one. */
-static __always_inline __u64 tcp_netfd(__u64 net_conn) {
+static __always_inline __u64 tcp_netfd(__u64 net_conn, const struct sw_go_offsets *off) {
   struct {
     __u64 itab, data;
   } inner = {};
   __u64 candidates[2] = {0, net_conn};
-  if (!bpf_probe_read_user(&inner, sizeof(inner), (void *)(net_conn + SW_TLS_CONN_CONN))) {
+  if (!bpf_probe_read_user(&inner, sizeof(inner), (void *)(net_conn + off->tls_conn_conn))) {
     candidates[0] = inner.data;
   }
   for (int i = 0; i < 2; i++) {
     __u64 fd = 0;
-    __s64 family_sotype[2];
+    __s64 family = 0, sotype = 0;
     if (!candidates[i] ||
-        bpf_probe_read_user(&fd, sizeof(fd), (void *)(candidates[i] + SW_TCPCONN_FD)) || !fd ||
-        bpf_probe_read_user(family_sotype, sizeof(family_sotype), (void *)(fd + SW_NETFD_FAMILY))) {
+        bpf_probe_read_user(&fd, sizeof(fd), (void *)(candidates[i] + off->tcpconn_fd)) || !fd ||
+        bpf_probe_read_user(&family, sizeof(family), (void *)(fd + off->netfd_family)) ||
+        bpf_probe_read_user(&sotype, sizeof(sotype), (void *)(fd + off->netfd_sotype))) {
       continue;
     }
-    if ((family_sotype[0] == 2 /* AF_INET */ || family_sotype[0] == 10 /* AF_INET6 */) &&
-        family_sotype[1] == 1 /* SOCK_STREAM */) {
+    if ((family == 2 /* AF_INET */ || family == 10 /* AF_INET6 */) && sotype == 1 /* SOCK_STREAM */) {
       return fd;
     }
   }
@@ -204,18 +207,20 @@ static __always_inline __u64 tcp_netfd(__u64 net_conn) {
  * addresses are read at every request rather than cached per connection: Go reuses a closed
  * connection's memory for the next one, and a cache keyed by address would credit the old
  * peer. Nine small reads, a fraction of the header copy's cost. */
-static __always_inline void read_conn_addrs(__u64 net_conn, struct sw_sock_addr *local,
-                                            struct sw_sock_addr *peer) {
+static __always_inline void read_conn_addrs(__u64 net_conn, const struct sw_go_offsets *off,
+                                            struct sw_sock_addr *local, struct sw_sock_addr *peer) {
   struct {
-    __u64 local_itab, local_data, peer_itab, peer_data;
-  } addrs = {};
+    __u64 itab, data;
+  } laddr = {}, raddr = {};
   local->ip_len = 0;
   peer->ip_len = 0;
-  if (!net_conn) return;
-  __u64 fd = tcp_netfd(net_conn);
-  if (!fd || bpf_probe_read_user(&addrs, sizeof(addrs), (void *)(fd + SW_NETFD_LADDR))) return;
-  read_tcp_addr(addrs.local_data, local);
-  read_tcp_addr(addrs.peer_data, peer);
+  if (!net_conn || !off->read_addrs) return;
+  __u64 fd = tcp_netfd(net_conn, off);
+  if (!fd || bpf_probe_read_user(&laddr, sizeof(laddr), (void *)(fd + off->netfd_laddr)) ||
+      bpf_probe_read_user(&raddr, sizeof(raddr), (void *)(fd + off->netfd_raddr)))
+    return;
+  read_tcp_addr(laddr.data, off, local);
+  read_tcp_addr(raddr.data, off, peer);
 }
 
 /* kube-apiserver authenticates a client certificate before any token, and a request without a
@@ -231,7 +236,7 @@ static __always_inline void read_client_cert(__u64 tls_conn, const struct sw_go_
   if (!tls_conn || !off->tls_peer_certificates ||
       bpf_probe_read_user(&peers, sizeof(peers), (void *)(tls_conn + off->tls_peer_certificates)) ||
       peers.len == 0 || peers.len > 16 || bpf_probe_read_user(&cert, sizeof(cert), (void *)peers.ptr) ||
-      !cert || bpf_probe_read_user(&raw, sizeof(raw), (void *)cert /* x509.Certificate.Raw at +0 */) ||
+      !cert || bpf_probe_read_user(&raw, sizeof(raw), (void *)(cert + off->x509_raw)) ||
       raw.len == 0 || raw.len > 65536)
     return;
   event->client_cert_der = raw.ptr;
@@ -252,7 +257,7 @@ int BPF_UPROBE(h2_process_headers) {
   __u64 frame = ctx->bx; /* *MetaHeadersFrame */
   __u64 headers_frame = 0;
   struct go_string fields = {}; /* slice: ptr, len (cap ignored) */
-  if (bpf_probe_read_user(&headers_frame, sizeof(headers_frame), (void *)frame) ||
+  if (bpf_probe_read_user(&headers_frame, sizeof(headers_frame), (void *)(frame + off->mhf_headers_frame)) ||
       bpf_probe_read_user(&fields, sizeof(fields), (void *)(frame + off->mhf_fields)) ||
       bpf_probe_read_user(&event->hdr.stream_id, sizeof(event->hdr.stream_id),
                           (void *)(headers_frame + off->frame_stream_id))) {
@@ -269,7 +274,7 @@ int BPF_UPROBE(h2_process_headers) {
     __u64 itab, data;
   } conn = {};
   bpf_probe_read_user(&conn, sizeof(conn), (void *)(sc + off->sc_conn));
-  read_conn_addrs(conn.data, &event->local, &event->peer);
+  read_conn_addrs(conn.data, off, &event->local, &event->peer);
 
   struct header_fields *copied = bpf_map_lookup_elem(&fields_scratch, &zero);
   if (!copied || off->field_size == 0) return 0;
@@ -307,16 +312,21 @@ struct {
   __type(value, struct sw_h2_response);
 } response_scratch SEC(".maps");
 
-/* Go runtime maps (Go 1.19-1.23, before swiss tables): http.Header is a map[string][]string
- * whose buckets are {tophash [8]uint8; keys [8]string; elems [8][]string; overflow *bmap}.
- * tests/unit/go_offsets_test.cc checks these against each toolchain's DWARF. */
-#define GO_BUCKET_SIZE 336
-#define GO_BUCKET_KEYS 8
-#define GO_BUCKET_ELEMS 136
-#define GO_BUCKET_OVERFLOW 328
-#define GO_MIN_TOP_HASH 5      /* below: empty or evacuated slots */
+/* The handler's response header map, http.Header = map[string][]string, in either of the Go
+ * runtime's map layouts, both described per target by sw_go_offsets (from the binary's map type
+ * descriptor):
+ *   buckets (Go <= 1.23): runtime.hmap{count; flags; B; ...; buckets; oldbuckets} -> 2^B
+ *     buckets {tophash [8]uint8; keys [8]string; elems [8][]string; overflow *bmap};
+ *   Swiss tables (Go 1.24+): maps.Map{used; seed; dirPtr; dirLen} -> one group when dirLen is 0,
+ *     else a directory of *table, each with groups{data; lengthMask}; a group is
+ *     {ctrl uint64 (one byte per slot, high bit clear = full); slots [8]{key; elem}}.
+ * At most SW_MAX_GROUP_VISITS buckets or groups are read (a map with more than ~50 headers is
+ * not walked to its end: the event says so). */
+#define GO_MIN_TOP_HASH 5      /* buckets: below are empty or evacuated slots */
 #define GO_SAME_SIZE_GROW 8    /* hmap.flags */
-#define SW_MAX_BUCKET_VISITS 24
+#define GO_CTRL_EMPTY_BIT 0x80 /* Swiss: set in empty and deleted slots' control bytes */
+#define SW_MAX_GROUP_VISITS 24
+#define SW_MAX_TABLES 8        /* Swiss directory entries read */
 
 struct go_hmap {
   __u64 count;
@@ -328,28 +338,38 @@ struct go_hmap {
   __u64 oldbuckets;
 };
 
-struct go_bucket {
-  __u8 bytes[GO_BUCKET_SIZE];
+struct go_group {
+  __u8 bytes[SW_MAP_GROUP_MAX];
 };
 
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
   __uint(max_entries, 1);
   __type(key, __u32);
-  __type(value, struct go_bucket);
-} bucket_scratch SEC(".maps");
+  __type(value, struct go_group);
+} group_scratch SEC(".maps");
 
 struct header_walk {
   struct sw_h2_response *r;
-  struct go_bucket *bucket;
+  struct go_group *group;
+  const struct sw_go_offsets *off;
+  __u64 group_size;
+  /* buckets */
   __u64 base;      /* bucket array being walked */
   __u64 nbuckets;
   __u64 index;     /* bucket index in that array */
-  __u64 cur;       /* bucket (or overflow bucket) being read */
-  __u64 next;      /* the overflow bucket after cur */
+  __u64 next;      /* the overflow bucket after the current one */
   __u64 old_base;  /* oldbuckets, walked after buckets while the map grows */
   __u64 old_n;
+  /* Swiss tables */
+  __u64 tables[SW_MAX_TABLES];
+  __u32 ntables;
+  __u32 table_index;
+  __u64 groups;    /* the current table's groups (or the single group) */
+  __u64 ngroups;
+  __u64 group_index;
   __u32 visits;
+  __u8 swiss;
   __u8 found;
   __u8 done;
 };
@@ -367,38 +387,75 @@ struct header_walk {
 #define W_RETRY_AF 0x66412d7972746552ULL /* "Retry-Af" */
 #define W_RY_AFTER 0x72657466412d7972ULL /* "ry-After" */
 
-/* One slot of the current bucket per call (i % 8); the next bucket is read at slot 0. */
+/* The next bucket or group to read, 0 when the map is walked. */
+static __always_inline __u64 next_bucket(struct header_walk *w) {
+  if (w->next) {
+    __u64 b = w->next;
+    w->next = 0;
+    return b;
+  }
+  if (w->visits > 0) w->index++;
+  if (w->index >= w->nbuckets) {
+    if (w->old_base == 0) return 0;
+    w->base = w->old_base;
+    w->nbuckets = w->old_n;
+    w->old_base = 0;
+    w->index = 0;
+  }
+  return w->base + w->index * w->group_size;
+}
+
+static __always_inline __u64 next_swiss_group(struct header_walk *w) {
+  if (w->group_index < w->ngroups) return w->groups + w->group_index++ * w->group_size;
+  for (int i = 0; i < SW_MAX_TABLES; i++) {
+    if (w->table_index >= w->ntables || w->table_index >= SW_MAX_TABLES) return 0;
+    __u64 table = w->tables[w->table_index & (SW_MAX_TABLES - 1)];
+    w->table_index++;
+    /* A table of local depth d fills 2^(global-d) consecutive directory entries. */
+    if (w->table_index >= 2 && table == w->tables[(w->table_index - 2) & (SW_MAX_TABLES - 1)]) continue;
+    __u64 mask = 0;
+    if (!table || bpf_probe_read_user(&w->groups, 8, (void *)(table + w->off->table_groups)) ||
+        bpf_probe_read_user(&mask, 8, (void *)(table + w->off->table_mask)) || !w->groups) {
+      count(&drops, SW_DROP_READ_FAILED);
+      return 0;
+    }
+    w->ngroups = mask + 1;
+    w->group_index = 1;
+    return w->groups;
+  }
+  return 0;
+}
+
+/* One slot of the current bucket or group per call (i % 8); the next one is read at slot 0. */
 static long walk_one_slot(__u64 i, void *vctx) {
   struct header_walk *w = vctx;
-  struct go_bucket *b = w->bucket;
+  struct go_group *g = w->group;
+  const struct sw_go_offsets *off = w->off;
   __u32 slot = i & 7;
   if (slot == 0) {
-    if (w->done || w->visits >= SW_MAX_BUCKET_VISITS) return 1;
-    if (w->next) {
-      w->cur = w->next;
-    } else {
-      if (w->visits > 0) w->index++;
-      if (w->index >= w->nbuckets) {
-        if (w->old_base == 0) return 1;
-        w->base = w->old_base;
-        w->nbuckets = w->old_n;
-        w->old_base = 0;
-        w->index = 0;
-      }
-      w->cur = w->base + w->index * GO_BUCKET_SIZE;
-    }
+    if (w->done || w->visits >= SW_MAX_GROUP_VISITS) return 1;
+    __u64 at = w->swiss ? next_swiss_group(w) : next_bucket(w);
+    if (!at) return 1;
     w->visits++;
-    if (bpf_probe_read_user(b->bytes, sizeof(b->bytes), (void *)w->cur)) {
+    if (bpf_probe_read_user(g->bytes, w->group_size & (SW_MAP_GROUP_MAX - 1 | SW_MAP_GROUP_MAX), (void *)at)) {
       count(&drops, SW_DROP_READ_FAILED);
       return 1;
     }
-    w->next = *(__u64 *)&b->bytes[GO_BUCKET_OVERFLOW];
+    if (!w->swiss) {
+      __u64 overflow_at = (w->group_size - 8) & (SW_MAP_GROUP_MAX - 8);
+      w->next = *(__u64 *)&g->bytes[overflow_at];
+    }
   }
-  if (b->bytes[slot] < GO_MIN_TOP_HASH) return 0;
-  __u64 key_ptr = *(__u64 *)&b->bytes[GO_BUCKET_KEYS + slot * 16];
-  __u64 key_len = *(__u64 *)&b->bytes[GO_BUCKET_KEYS + slot * 16 + 8];
-  __u64 elem_ptr = *(__u64 *)&b->bytes[GO_BUCKET_ELEMS + slot * 24];
-  __u64 elem_len = *(__u64 *)&b->bytes[GO_BUCKET_ELEMS + slot * 24 + 8];
+  if (w->swiss ? (g->bytes[slot] & GO_CTRL_EMPTY_BIT) : (g->bytes[slot] < GO_MIN_TOP_HASH)) return 0;
+  __u64 key_at = off->keys_offset + slot * off->key_stride;
+  __u64 elem_at = off->elems_offset + slot * off->elem_stride;
+  if (key_at > SW_MAP_GROUP_MAX - 16 || elem_at > SW_MAP_GROUP_MAX - 16) return 1;
+  asm volatile("%[at] &= 0x1ff" : [at] "+r"(key_at));
+  asm volatile("%[at] &= 0x1ff" : [at] "+r"(elem_at));
+  struct go_string k, e;
+  __builtin_memcpy(&k, &g->bytes[key_at], sizeof(k));
+  __builtin_memcpy(&e, &g->bytes[elem_at], sizeof(e)); /* []string: ptr, len (cap not needed) */
+  __u64 key_ptr = k.ptr, key_len = k.len, elem_ptr = e.ptr, elem_len = e.len;
   if (key_len != KEY_PRIORITY_LEVEL_LEN && key_len != KEY_FLOW_SCHEMA_LEN &&
       key_len != KEY_RETRY_AFTER_LEN)
     return 0;
@@ -443,36 +500,78 @@ static long walk_one_slot(__u64 i, void *vctx) {
   return 0;
 }
 
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct header_walk);
+} walk_scratch SEC(".maps");
+
 /* Finds the APF and Retry-After headers in the handler's header map. */
-static __always_inline void read_response_headers(__u64 hmap_ptr, struct sw_h2_response *r) {
+static __always_inline void read_response_headers(__u64 map_ptr, const struct sw_go_offsets *off,
+                                                  struct sw_h2_response *r) {
   __u32 zero = 0;
-  struct go_bucket *bucket = bpf_map_lookup_elem(&bucket_scratch, &zero);
-  struct go_hmap h;
-  if (!bucket || hmap_ptr == 0 || bpf_probe_read_user(&h, sizeof(h), (void *)hmap_ptr)) return;
-  if (h.count == 0 || h.buckets == 0) return;
-  if (h.B > 3) { /* more than ~52 headers: not walked */
-    r->header_walk_incomplete = 1;
-    return;
+  struct go_group *group = bpf_map_lookup_elem(&group_scratch, &zero);
+  struct header_walk *w = bpf_map_lookup_elem(&walk_scratch, &zero);
+  if (!group || !w || map_ptr == 0 || off->group_size == 0 || off->group_size > SW_MAP_GROUP_MAX) return;
+  __builtin_memset(w, 0, sizeof(*w));
+  w->r = r;
+  w->group = group;
+  w->off = off;
+  w->group_size = off->group_size;
+  if (off->map_swiss) {
+    __u64 used = 0, dir_ptr = 0;
+    __s64 dir_len = 0;
+    if (bpf_probe_read_user(&used, sizeof(used), (void *)map_ptr) ||
+        bpf_probe_read_user(&dir_ptr, sizeof(dir_ptr), (void *)(map_ptr + off->map_dir_ptr)) ||
+        bpf_probe_read_user(&dir_len, sizeof(dir_len), (void *)(map_ptr + off->map_dir_len)))
+      return;
+    if (used == 0 || dir_ptr == 0) return;
+    w->swiss = 1;
+    if (dir_len == 0) { /* a small map: one group, no tables */
+      w->groups = dir_ptr;
+      w->ngroups = 1;
+    } else {
+      if (dir_len < 0 || dir_len > SW_MAX_TABLES) {
+        r->header_walk_incomplete = 1;
+        return;
+      }
+      __u32 bytes = (__u32)dir_len * 8;
+      if (bpf_probe_read_user(w->tables, bytes & (8 * SW_MAX_TABLES - 1 | 8 * SW_MAX_TABLES), (void *)dir_ptr)) return;
+      w->ntables = dir_len;
+    }
+  } else {
+    struct go_hmap h;
+    if (bpf_probe_read_user(&h, sizeof(h), (void *)map_ptr)) return;
+    if (h.count == 0 || h.buckets == 0) return;
+    if (h.B > 3) { /* more than ~52 headers: not walked */
+      r->header_walk_incomplete = 1;
+      return;
+    }
+    w->base = h.buckets;
+    w->nbuckets = 1ULL << h.B;
+    if (h.oldbuckets) {
+      w->old_base = h.oldbuckets;
+      w->old_n = (h.flags & GO_SAME_SIZE_GROW) || h.B == 0 ? 1ULL << h.B : 1ULL << (h.B - 1);
+    }
   }
-  struct header_walk w = {.r = r, .bucket = bucket, .base = h.buckets, .nbuckets = 1ULL << h.B};
-  if (h.oldbuckets) {
-    w.old_base = h.oldbuckets;
-    w.old_n = (h.flags & GO_SAME_SIZE_GROW) || h.B == 0 ? 1ULL << h.B : 1ULL << (h.B - 1);
-  }
-  bpf_loop(SW_MAX_BUCKET_VISITS * 8, walk_one_slot, &w, 0);
-  if (w.visits >= SW_MAX_BUCKET_VISITS && !w.done) r->header_walk_incomplete = 1;
+  bpf_loop(SW_MAX_GROUP_VISITS * 8, walk_one_slot, w, 0);
+  if (w->visits >= SW_MAX_GROUP_VISITS && !w->done) r->header_walk_incomplete = 1;
 }
 
 /* The response body is still in the stream's bufio.Writer when the handler wrote less than its
  * 4 KB and did not flush: then wroteBytes == bw.n and bw.buf[0:n] is the whole body. */
-static __always_inline void read_body_prefix(__u64 bw, __s64 wrote_bytes, struct sw_h2_response *r) {
+static __always_inline void read_body_prefix(__u64 bw, __s64 wrote_bytes, const struct sw_go_offsets *off,
+                                             struct sw_h2_response *r) {
   struct {
     __u64 buf_ptr;
-    __u64 buf_len;
-    __u64 buf_cap;
     __s64 n;
   } w;
-  if (wrote_bytes <= 0 || bw == 0 || bpf_probe_read_user(&w, sizeof(w), (void *)(bw + 16))) return;
+  if (wrote_bytes <= 0 || bw == 0 ||
+      bpf_probe_read_user(&w.buf_ptr, 8, (void *)(bw + off->bufio_buf)) ||
+      bpf_probe_read_user(&w.n, 8, (void *)(bw + off->bufio_n)))
+    return;
   if (w.n != wrote_bytes || w.n <= 0) return;
   __u32 n = w.n > SW_BODY_PREFIX ? SW_BODY_PREFIX : (__u32)w.n;
   if (bpf_probe_read_user(r->body, n & (SW_BODY_PREFIX - 1 | SW_BODY_PREFIX), (void *)w.buf_ptr)) return;
@@ -514,16 +613,21 @@ int BPF_UPROBE(h2_handler_done) {
 
   __u64 header_map = 0, req = 0, bw = 0;
   if (!bpf_probe_read_user(&header_map, sizeof(header_map), (void *)(rws + off->rws_handler_header)))
-    read_response_headers(header_map, r);
+    read_response_headers(header_map, off, r);
   /* Object facts only for writes: PUT, PATCH, POST, DELETE (method's first byte P or D). */
   struct go_string method = {};
   char m0 = 0;
-  if (off->capture_write_bodies &&
-      !bpf_probe_read_user(&req, sizeof(req), (void *)(rws + off->rws_req)) && req &&
-      !bpf_probe_read_user(&method, sizeof(method), (void *)req) && method.len > 0 &&
-      !bpf_probe_read_user(&m0, 1, (void *)method.ptr) && (m0 == 'P' || m0 == 'D') &&
+  /* rws.req: a *http.Request, or (Go 1.27's net/http/internal/http2) the request itself. */
+  if (off->capture_write_bodies) {
+    if (off->rws_req_inline)
+      req = rws + off->rws_req;
+    else if (bpf_probe_read_user(&req, sizeof(req), (void *)(rws + off->rws_req)))
+      req = 0;
+  }
+  if (req && !bpf_probe_read_user(&method, sizeof(method), (void *)(req + off->req_method)) &&
+      method.len > 0 && !bpf_probe_read_user(&m0, 1, (void *)method.ptr) && (m0 == 'P' || m0 == 'D') &&
       !bpf_probe_read_user(&bw, sizeof(bw), (void *)(rws + off->rws_bw)))
-    read_body_prefix(bw, r->wrote_bytes, r);
+    read_body_prefix(bw, r->wrote_bytes, off, r);
 
   __u64 size = offsetof(struct sw_h2_response, body) + (r->body_len & (SW_BODY_PREFIX - 1 | SW_BODY_PREFIX));
   if (size > sizeof(*r)) return 0;
@@ -537,8 +641,9 @@ int BPF_UPROBE(h2_handler_done) {
  * net/http.checkConnErrorWriter.Write (entry: the plaintext of a response write), plus
  * (*conn).close. HTTP/2 connections are handed to the HTTP/2 server before these exist, so they
  * cost HTTP/2 traffic nothing (a crypto/tls.(*Conn) hook would fire for every frame read).
- * Key: the *net/http.conn, the same for reads (connReader.conn at +0) and writes (the writer's
- * only field). Bytes are parsed in user space (agent/protocol/http1_stream). */
+ * Key: the *net/http.conn, the same for reads (connReader.conn: +0 up to Go 1.25, after its rwc
+ * from 1.26; nil once the connection is hijacked, whose bytes are not HTTP/1.1) and writes (the
+ * writer's only field). Bytes are parsed in user space (agent/protocol/http1_stream). */
 
 struct read_call_key {
   __u32 tgid;
@@ -627,10 +732,14 @@ int BPF_UPROBE(http1_read_enter) {
   count(&hits, 2);
   struct read_call_key k = {.tgid = bpf_get_current_pid_tgid() >> 32, .goroutine = ctx->r14};
   struct read_call c = {.buf = ctx->bx, .entry_ns = 0};
-  if (bpf_probe_read_user(&c.conn, sizeof(c.conn), (void *)ctx->ax)) {  /* connReader.conn */
+  __u32 slot = (__u32)bpf_get_attach_cookie(ctx);
+  const struct sw_go_offsets *off = bpf_map_lookup_elem(&go_offsets, &slot);
+  if (!off) return 0;
+  if (bpf_probe_read_user(&c.conn, sizeof(c.conn), (void *)(ctx->ax + off->conn_reader_conn))) {
     count(&drops, SW_DROP_READ_FAILED);
     return 0;
   }
+  if (!c.conn) return 0; /* hijacked */
   bpf_map_update_elem(&http1_reads, &k, &c, BPF_ANY);
   return 0;
 }

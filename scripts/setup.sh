@@ -60,4 +60,19 @@ $SUDO apt-get install -y -qq --no-install-recommends -t bookworm-backports libbp
 if ! command -v kubectl >/dev/null 2>&1; then
   $SUDO apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null
 fi
+# Newer Debian suites, downloaded and unpacked into the build folder (never installed over
+# bookworm, scripts/fetch_debian.sh): the Go toolchains and x/net versions of the capture matrix
+# (trixie: Go 1.24, x/net 0.27; forky: Go 1.26, x/net 0.61; sid: Go 1.27, x/net 0.62) and the
+# etcd 3.5 servers real control planes run (trixie 3.5.16 on Go 1.24, forky 3.5.30 on Go 1.26).
+ROOT_DIR=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-build}
+case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$ROOT_DIR/$BUILD_DIR" ;; esac
+DEBIAN_DIR="$BUILD_DIR/debian"
+bash "$ROOT_DIR/scripts/fetch_debian.sh" "$DEBIAN_DIR" trixie golang-1.24-go golang-1.24-src golang-golang-x-net-dev etcd-server
+bash "$ROOT_DIR/scripts/fetch_debian.sh" "$DEBIAN_DIR" forky golang-1.26-go golang-1.26-src golang-golang-x-net-dev etcd-server
+bash "$ROOT_DIR/scripts/fetch_debian.sh" "$DEBIAN_DIR" sid golang-1.27-go golang-1.27-src golang-golang-x-net-dev
+for go in "$DEBIAN_DIR"/trixie/root/usr/lib/go-1.24/bin/go "$DEBIAN_DIR"/forky/root/usr/lib/go-1.26/bin/go \
+          "$DEBIAN_DIR"/sid/root/usr/lib/go-1.27/bin/go; do
+  "$go" version >/dev/null || { echo "setup: $go does not run" >&2; exit 1; }
+done
 echo "setup: done ($(bpftool version 2>/dev/null | head -1); $(go version))"

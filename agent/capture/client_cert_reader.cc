@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <memory>
 
-#include "agent/capture/go_offsets.h"
 #include "agent/capture/remote_memory.h"
 
 namespace stormwatch {
@@ -28,20 +27,6 @@ std::string NameEntry(X509_NAME* name, int index) {
 }
 
 }  // namespace
-
-std::optional<GoTlsLayout> LookupGoTlsLayout(std::string_view go_version) {
-  auto v = GoVersion::Parse(go_version);
-  if (!v) return std::nullopt;
-  GoTlsLayout layout;
-  if (v->minor >= 17 && v->minor <= 20) {
-    layout.tls_peer_certificates = 144;  // proven: go1.19 (reflect; tests/unit)
-  } else if (v->minor >= 21 && v->minor <= 23) {
-    layout.tls_peer_certificates = 152;  // proven: go1.21, go1.22, go1.23
-  } else {
-    return std::nullopt;
-  }
-  return layout;
-}
 
 Result<CertSubject> ParseCertificateSubject(std::string_view der) {
   const auto* p = reinterpret_cast<const unsigned char*>(der.data());
@@ -102,7 +87,7 @@ std::optional<CertSubject> ClientCertReader::ReadDer(pid_t pid, CertLocation whe
 }
 
 std::optional<CertSubject> ClientCertReader::ReadConnection(pid_t pid, uint64_t net_conn,
-                                                            const GoTlsLayout& layout) {
+                                                            const sw_go_offsets& layout) {
   GoInterface conn{};  // data: *tls.Conn
   GoSlice peers{};
   if (!ReadRemote(pid, net_conn, &conn) ||
@@ -114,16 +99,17 @@ std::optional<CertSubject> ClientCertReader::ReadConnection(pid_t pid, uint64_t 
   uint64_t cert = 0;
   GoSlice raw{};
   if (peers.len > kMaxPeerCertificates || peers.cap < peers.len ||
-      !ReadRemote(pid, peers.ptr, &cert) || !ReadRemote(pid, cert, &raw) || raw.cap < raw.len) {
+      !ReadRemote(pid, peers.ptr, &cert) || !ReadRemote(pid, cert + layout.x509_raw, &raw) ||
+      raw.cap < raw.len) {
     ++read_errors_;
     return std::nullopt;
   }
   return ReadDer(pid, {raw.ptr, static_cast<uint32_t>(std::min<uint64_t>(raw.len, UINT32_MAX))});
 }
 
-void ClientCertIdentities::SetTarget(pid_t pid, std::string_view go_version) {
-  if (auto layout = LookupGoTlsLayout(go_version)) {
-    layouts_[pid] = *layout;
+void ClientCertIdentities::SetTarget(pid_t pid, const sw_go_offsets& layout) {
+  if (layout.tls_peer_certificates != 0) {
+    layouts_[pid] = layout;
   } else {
     layouts_.erase(pid);
   }

@@ -27,14 +27,6 @@
 
 namespace stormwatch {
 
-struct GoTlsLayout {
-  uint32_t http_conn_rwc = SW_HTTP_CONN_RWC;  // net/http.conn.rwc (net.Conn)
-  uint32_t tls_peer_certificates = 0;  // tls.Conn.peerCertificates
-};
-
-// tls.Conn's layout per Go release (reflect offsets, checked by tests/unit for each toolchain).
-std::optional<GoTlsLayout> LookupGoTlsLayout(std::string_view go_version);
-
 struct CertSubject {
   std::string common_name;
   std::vector<std::string> organizations;
@@ -57,7 +49,8 @@ class ClientCertReader {
   std::optional<CertSubject> ReadDer(pid_t pid, CertLocation where);
   // HTTP/1.1: the client certificate of the connection whose net.Conn interface value sits at
   // `net_conn`; nullopt when there is none (a token client) or it cannot be read.
-  std::optional<CertSubject> ReadConnection(pid_t pid, uint64_t net_conn, const GoTlsLayout& layout);
+  // `layout`: the target's (tls.Conn.peerCertificates, x509.Certificate.Raw).
+  std::optional<CertSubject> ReadConnection(pid_t pid, uint64_t net_conn, const sw_go_offsets& layout);
   void ForgetProcess(pid_t pid);
 
   uint64_t read_errors() const { return read_errors_; }
@@ -86,17 +79,18 @@ class ClientCertReader {
 };
 
 // The identity of connections without a token, for every traced process: the process's Go
-// release picks the layout; CN becomes the user, O values the groups.
+// layout (from its type data) says where; CN becomes the user, O values the groups.
 class ClientCertIdentities {
  public:
-  void SetTarget(pid_t pid, std::string_view go_version);  // unproven release: no lookups
+  // No lookups for a target whose tls.Conn fields were not found (tls_peer_certificates 0).
+  void SetTarget(pid_t pid, const sw_go_offsets& layout);
   void ForgetProcess(pid_t pid);
   std::optional<Identity> Lookup(const RequestConnection& connection);
   uint64_t read_errors() const { return reader_.read_errors(); }
 
  private:
   ClientCertReader reader_;
-  std::unordered_map<pid_t, GoTlsLayout> layouts_;
+  std::unordered_map<pid_t, sw_go_offsets> layouts_;
 };
 
 }  // namespace stormwatch

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <memory>
 
-#include "agent/capture/go_offsets.h"
+#include "agent/capture/go_layout.h"
 
 namespace stormwatch {
 namespace {

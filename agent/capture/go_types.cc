@@ -348,6 +348,14 @@ Result<bool> GoTypes::Walk() {
   return true;
 }
 
+std::vector<std::string> GoTypes::NamedTypes() const {
+  std::vector<std::string> names;
+  names.reserve(named_.size());
+  for (const auto& [name, vaddr] : named_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 std::optional<GoType> GoTypes::FindNamed(std::string_view qualified_name) const {
   auto it = named_.find(std::string(qualified_name));
   if (it == named_.end()) return std::nullopt;

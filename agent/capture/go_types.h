@@ -97,6 +97,9 @@ class GoTypes {
   // "FrameHeader.StreamID"). The error names the type and the field that is missing.
   Result<GoStructField> Field(std::string_view qualified_struct, std::string_view path) const;
 
+  // Every named type found, by qualified name (for tests and diagnostics).
+  std::vector<std::string> NamedTypes() const;
+
   size_t type_count() const { return visited_; }
   size_t named_count() const { return named_.size(); }
 

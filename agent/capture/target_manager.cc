@@ -1,10 +1,11 @@
 #include "agent/capture/target_manager.h"
 
+#include <algorithm>
 #include <set>
 
 #include "agent/capture/client_cert_reader.h"
 #include "agent/capture/go_binary.h"
-#include "agent/capture/go_offsets.h"
+#include "agent/capture/go_layout.h"
 
 namespace stormwatch {
 
@@ -69,15 +70,9 @@ TargetStatus TargetManager::Attach(const TargetProcess& process) {
   s.problem = plan.problem;
   s.failure = plan.failure;
   if (plan.failure != AttachFailure::kNone) return s;
-  // Object facts come from kube-apiserver's write responses; etcd's are protobuf values
-  // (Secrets among them) that the agent has no use for.
-  // The client certificate of a tokenless request is found in BPF where the Go release's
-  // tls.Conn layout is proven; elsewhere those requests stay named by what they send.
-  std::optional<GoTlsLayout> tls = LookupGoTlsLayout(plan.go_version);
-  for (GoHttp2ProbeSites& site : plan.sites) {
-    site.offsets.capture_write_bodies = process.name != "etcd";
-    site.offsets.tls_peer_certificates = tls ? tls->tls_peer_certificates : 0;
-  }
+  s.etcd = plan.etcd;
+  s.gap = plan.gap;
+  if (!plan.sites.empty()) s.layout = plan.sites.front().offsets;
   auto slot = probes_->Attach(process.pid, process.exe_path, plan.sites, plan.http1);
   if (!slot) {
     s.problem = slot.error();
@@ -94,7 +89,8 @@ const char* AttachFailureName(AttachFailure failure) {
     case AttachFailure::kNone: return "";
     case AttachFailure::kUnreadableBinary: return "unreadable_binary";
     case AttachFailure::kNoHttp2Server: return "no_http2_server";
-    case AttachFailure::kUnprovenVersion: return "unproven_version";
+    case AttachFailure::kNoTypeData: return "no_type_data";
+    case AttachFailure::kMissingField: return "missing_field";
     case AttachFailure::kAttachFailed: return "attach_failed";
   }
   return "attach_failed";
@@ -143,6 +139,21 @@ std::optional<Http1ProbeSites> PlanHttp1Probes(const GoBinary& binary, std::stri
 }
 }  // namespace
 
+namespace {
+// etcd by what it is: its server's code (go.etcd.io/etcd/server/v3/etcdserver in 3.5,
+// go.etcd.io/etcd/etcdserver in 3.4), never by the executable's name. A client of etcd (an API
+// server links clientv3) has no EtcdServer.
+bool HasEtcdServer(const GoBinary& binary) {
+  for (const GoFunction& fn : binary.functions()) {
+    if (fn.name.starts_with("go.etcd.io/etcd/") &&
+        fn.name.find("etcdserver.(*EtcdServer).Range") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+}  // namespace
+
 GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
   GoHttp2ProbePlan plan;
   const GoBuildInfo& info = binary.build_info();
@@ -154,6 +165,7 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
   if (const GoModule* grpc = info.FindModule("google.golang.org/grpc")) {
     plan.grpc_version = grpc->effective_version();
   }
+  plan.etcd = HasEtcdServer(binary);
   auto fail = [&](AttachFailure f, std::string why) {
     plan.failure = f;
     plan.problem = std::move(why);
@@ -166,7 +178,9 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
     GoFunction headers, done;
   };
   std::vector<Found> found;
+  std::string names;
   for (const Http2Stack& stack : Http2Stacks()) {
+    names += (names.empty() ? "" : ", ") + stack.process_headers;
     auto headers_fn = binary.FindFunction(stack.process_headers);
     auto done_fn = binary.FindFunction(stack.handler_done);
     if (!headers_fn && !done_fn) continue;
@@ -179,21 +193,17 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
     found.push_back({&stack, *headers_fn, *done_fn});
   }
   if (found.empty()) {
-    return fail(AttachFailure::kNoHttp2Server,
-                "no HTTP/2 server in the binary (neither " + XNetHttp2Stack().process_headers +
-                    " nor " + StdHttp2Stack().process_headers + ")");
+    return fail(AttachFailure::kNoHttp2Server, "no HTTP/2 server in the binary (none of " + names + ")");
   }
+  auto types = binary.types();
+  if (!types) return fail(AttachFailure::kNoTypeData, "Go type data unreadable: " + types.error());
+  plan.type_count = (*types)->type_count();
 
-  std::string caveats;
+  std::vector<std::string> caveats;
+  bool http1_fields = true;
   for (const Found& f : found) {
-    auto layout = LookupGoHttp2Layout(*f.stack, plan.go_version, plan.xnet_version, plan.module_info);
-    if (!layout) {
-      return fail(AttachFailure::kUnprovenVersion,
-                  "Go " + (plan.go_version.empty() ? std::string("(unknown)") : plan.go_version) +
-                      ", x/net " +
-                      (plan.xnet_version.empty() ? std::string("(unknown)") : plan.xnet_version) +
-                      ": " + layout.error());
-    }
+    auto layout = DeriveGoLayout(**types, *f.stack, &plan.gap);
+    if (!layout) return fail(AttachFailure::kMissingField, layout.error());
     auto headers_site = binary.EntryProbeSiteOf(f.headers);
     auto done_site = binary.EntryProbeSiteOf(f.done);
     if (!headers_site || !done_site) {
@@ -201,13 +211,17 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
                   "cannot place " + f.stack->name + " entry probes: " +
                       (headers_site ? done_site.error() : headers_site.error()));
     }
+    // Object facts come from kube-apiserver's write responses; etcd's are protobuf values
+    // (Secrets among them) that the agent has no use for.
+    layout->offsets.capture_write_bodies = layout->write_bodies && !plan.etcd;
     plan.sites.push_back({*headers_site, *done_site, layout->offsets});
-    if (!layout->note.empty() && caveats.find(layout->note) == std::string::npos) {
-      caveats += (caveats.empty() ? "" : "; ") + layout->note;
+    http1_fields &= layout->http1;
+    for (const std::string& c : layout->caveats) {
+      if (std::find(caveats.begin(), caveats.end(), c) == caveats.end()) caveats.push_back(c);
     }
   }
-  plan.problem = caveats;
-  plan.http1 = PlanHttp1Probes(binary, &plan.problem);
+  for (const std::string& c : caveats) plan.problem += (plan.problem.empty() ? "" : "; ") + c;
+  if (http1_fields) plan.http1 = PlanHttp1Probes(binary, &plan.problem);
   return plan;
 }
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/capture/go_offsets.h"
+#include "agent/capture/go_layout.h"
 #include "agent/capture/gohttp_probes.h"
 #include "agent/capture/target_discovery.h"
 
@@ -23,8 +23,9 @@ class GoBinary;
 enum class AttachFailure {
   kNone,              // attached
   kUnreadableBinary,  // "unreadable_binary": not an ELF Go binary we can read
-  kNoHttp2Server,     // "no_http2_server": neither HTTP/2 server stack is in the binary
-  kUnprovenVersion,   // "unproven_version": Go or x/net version not in the proven table
+  kNoHttp2Server,     // "no_http2_server": no HTTP/2 server stack is in the binary
+  kNoTypeData,        // "no_type_data": the Go runtime type descriptors could not be read
+  kMissingField,      // "missing_field": a type or field the probes need is not in them
   kAttachFailed,      // "attach_failed": probe placement or the uprobe attach itself failed
 };
 const char* AttachFailureName(AttachFailure failure);
@@ -41,24 +42,30 @@ struct TargetStatus {
   // The HTTP/2 server stacks found in the binary (all of them attached when `attached`),
   // comma-separated in the order "x/net,std"; "" when none was found or the binary is unreadable.
   std::string stack;
-  std::string problem;  // why it is not attached (which versions, why), or a caveat when it is
+  bool etcd = false;    // an etcd server (by its code, not its file name), else an API server
+  std::string problem;  // why it is not attached, or the caveats when it is
   AttachFailure failure = AttachFailure::kNone;  // machine-readable: kNone iff attached
+  LayoutGap gap;        // kMissingField: which type and field
+  sw_go_offsets layout{};  // the layout of its first stack (user-space readers of its memory)
 };
 
 // What would be attached to one Go binary, decided from the file alone (no BPF, no
-// privileges): every HTTP/2 server stack present, each with its proven layout and probe sites.
-// A binary is attached only if every stack present is proven; a present but unproven stack
-// would otherwise serve requests nobody sees.
+// privileges): every HTTP/2 server stack present, each with its layout derived from the
+// binary's type data and its probe sites. A binary is attached only if every stack present can
+// be; a stack left out would serve requests nobody sees.
 struct GoHttp2ProbePlan {
   std::string go_version;
   std::string xnet_version;
   std::string grpc_version;                 // "" when not linked or no module information
   bool module_info = false;                 // false for GOPATH builds
+  bool etcd = false;                        // etcd's server code is in the binary
   std::vector<const Http2Stack*> stacks;    // found in the binary, x/net first
   std::vector<GoHttp2ProbeSites> sites;     // one per stack when failure == kNone
   std::optional<Http1ProbeSites> http1;     // net/http's HTTP/1.1 server, when in the binary
   AttachFailure failure = AttachFailure::kNone;
-  std::string problem;                      // the refusal, or a caveat (GOPATH build)
+  std::string problem;                      // the refusal, or the caveats
+  LayoutGap gap;                            // kMissingField: the type and field
+  size_t type_count = 0;                    // type descriptors read
   std::string stack_names() const;          // "x/net,std"
 };
 GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary);
