@@ -156,7 +156,12 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   targets.Refresh();
   exporter->SetTargetsAttached(targets.attached_count());
   if (targets.targets().empty()) spdlog::warn("no target process found yet; still looking");
-  if (health) health->SetReady(true);
+  auto publish_readiness = [&] {
+    if (!health) return;
+    std::string why = targets.NotReadyReason();
+    health->SetReady(why.empty(), why);
+  };
+  publish_readiness();
 
   // Detectors count in whole-second buckets of this clock: evaluate just after each bucket
   // closes, so a storm is reported as soon as its last required second is complete.
@@ -180,6 +185,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     next_tick = next_bucket_tick(now);
     targets.Refresh();
     exporter->SetTargetsAttached(targets.attached_count());
+    publish_readiness();
     pipeline.Tick(now);
     DropCounts drops = (*probes)->ReadDrops();
     for (int i = 0; i < SW_DROP_CAUSE_COUNT; ++i) {

@@ -339,7 +339,7 @@ struct go_hmap {
 };
 
 struct go_group {
-  __u8 bytes[SW_MAP_GROUP_MAX];
+  __u8 bytes[2 * SW_MAP_GROUP_MAX]; /* twice: the read's size is masked (0x3ff), for the verifier */
 };
 
 struct {
@@ -350,9 +350,6 @@ struct {
 } group_scratch SEC(".maps");
 
 struct header_walk {
-  struct sw_h2_response *r;
-  struct go_group *group;
-  const struct sw_go_offsets *off;
   __u64 group_size;
   /* buckets */
   __u64 base;      /* bucket array being walked */
@@ -370,7 +367,8 @@ struct header_walk {
   __u64 group_index;
   __u32 visits;
   __u8 swiss;
-  __u8 found;
+  __u8 skip;       /* the current unit is a repeated directory entry */
+  __u8 found;      /* bits: priority level, flow schema, Retry-After */
   __u8 done;
 };
 
@@ -405,37 +403,57 @@ static __always_inline __u64 next_bucket(struct header_walk *w) {
   return w->base + w->index * w->group_size;
 }
 
-static __always_inline __u64 next_swiss_group(struct header_walk *w) {
+/* The next group of the current table, or the first of the next table: one step per call (a
+ * loop here would multiply the verifier's states). SW_SKIP_UNIT: a directory entry repeating the
+ * previous one (a table of local depth d fills 2^(global-d) consecutive entries), not read. */
+#define SW_SKIP_UNIT 1
+static __always_inline __u64 next_swiss_group(struct header_walk *w, const struct sw_go_offsets *off) {
   if (w->group_index < w->ngroups) return w->groups + w->group_index++ * w->group_size;
-  for (int i = 0; i < SW_MAX_TABLES; i++) {
-    if (w->table_index >= w->ntables || w->table_index >= SW_MAX_TABLES) return 0;
-    __u64 table = w->tables[w->table_index & (SW_MAX_TABLES - 1)];
-    w->table_index++;
-    /* A table of local depth d fills 2^(global-d) consecutive directory entries. */
-    if (w->table_index >= 2 && table == w->tables[(w->table_index - 2) & (SW_MAX_TABLES - 1)]) continue;
-    __u64 mask = 0;
-    if (!table || bpf_probe_read_user(&w->groups, 8, (void *)(table + w->off->table_groups)) ||
-        bpf_probe_read_user(&mask, 8, (void *)(table + w->off->table_mask)) || !w->groups) {
-      count(&drops, SW_DROP_READ_FAILED);
-      return 0;
-    }
-    w->ngroups = mask + 1;
-    w->group_index = 1;
-    return w->groups;
+  __u32 t = w->table_index;
+  if (t >= w->ntables || t >= SW_MAX_TABLES) return 0;
+  w->table_index = t + 1;
+  __u64 table = w->tables[t & (SW_MAX_TABLES - 1)];
+  if (t > 0 && table == w->tables[(t - 1) & (SW_MAX_TABLES - 1)]) return SW_SKIP_UNIT;
+  __u64 mask = 0;
+  if (!table || bpf_probe_read_user(&w->groups, 8, (void *)(table + off->table_groups)) ||
+      bpf_probe_read_user(&mask, 8, (void *)(table + off->table_mask)) || !w->groups) {
+    count(&drops, SW_DROP_READ_FAILED);
+    return 0;
   }
-  return 0;
+  w->ngroups = mask + 1;
+  w->group_index = 1;
+  return w->groups;
 }
+
+/* The walk's state lives in a map value, not on the stack: the verifier tracks stack values
+ * exactly, and counters it can follow make every bpf_loop iteration a new state to verify. */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct header_walk);
+} walk_scratch SEC(".maps");
+
+struct walk_ctx { /* bpf_loop's context must be on the stack: the pointers, and the state's */
+  struct header_walk *w;
+  struct sw_h2_response *r;
+  struct go_group *group;
+  const struct sw_go_offsets *off;
+};
 
 /* One slot of the current bucket or group per call (i % 8); the next one is read at slot 0. */
 static long walk_one_slot(__u64 i, void *vctx) {
-  struct header_walk *w = vctx;
-  struct go_group *g = w->group;
-  const struct sw_go_offsets *off = w->off;
+  struct walk_ctx *c = vctx;
+  struct header_walk *w = c->w;
+  struct go_group *g = c->group;
+  const struct sw_go_offsets *off = c->off;
   __u32 slot = i & 7;
   if (slot == 0) {
     if (w->done || w->visits >= SW_MAX_GROUP_VISITS) return 1;
-    __u64 at = w->swiss ? next_swiss_group(w) : next_bucket(w);
+    __u64 at = w->swiss ? next_swiss_group(w, off) : next_bucket(w);
     if (!at) return 1;
+    w->skip = at == SW_SKIP_UNIT;
+    if (w->skip) return 0;
     w->visits++;
     if (bpf_probe_read_user(g->bytes, w->group_size & (SW_MAP_GROUP_MAX - 1 | SW_MAP_GROUP_MAX), (void *)at)) {
       count(&drops, SW_DROP_READ_FAILED);
@@ -446,7 +464,7 @@ static long walk_one_slot(__u64 i, void *vctx) {
       w->next = *(__u64 *)&g->bytes[overflow_at];
     }
   }
-  if (w->swiss ? (g->bytes[slot] & GO_CTRL_EMPTY_BIT) : (g->bytes[slot] < GO_MIN_TOP_HASH)) return 0;
+  if (w->skip || (w->swiss ? (g->bytes[slot] & GO_CTRL_EMPTY_BIT) : (g->bytes[slot] < GO_MIN_TOP_HASH))) return 0;
   __u64 key_at = off->keys_offset + slot * off->key_stride;
   __u64 elem_at = off->elems_offset + slot * off->elem_stride;
   if (key_at > SW_MAP_GROUP_MAX - 16 || elem_at > SW_MAP_GROUP_MAX - 16) return 1;
@@ -476,7 +494,7 @@ static long walk_one_slot(__u64 i, void *vctx) {
   }
   __builtin_memcpy(&first, key, 8);
 
-  struct sw_h2_response *r = w->r;
+  struct sw_h2_response *r = c->r;
   struct go_string v;
   if (elem_len == 0 || bpf_probe_read_user(&v, sizeof(v), (void *)elem_ptr) || v.len == 0) return 0;
   if (key_len == KEY_PRIORITY_LEVEL_LEN && first == W_X_KUBERN && middle == W_PF_PRIOR &&
@@ -484,29 +502,25 @@ static long walk_one_slot(__u64 i, void *vctx) {
     __u32 n = v.len > SW_UID_MAX - 1 ? SW_UID_MAX - 1 : (__u32)v.len;
     if (bpf_probe_read_user(r->priority_level_uid, n & 63, (void *)v.ptr)) return 0;
     r->priority_level_uid_len = n;
+    w->found |= 1;
   } else if (key_len == KEY_FLOW_SCHEMA_LEN && first == W_X_KUBERN && middle == W_PF_FLOWS &&
              last == W_HEMA_UID) {
     __u32 n = v.len > SW_UID_MAX - 1 ? SW_UID_MAX - 1 : (__u32)v.len;
     if (bpf_probe_read_user(r->flow_schema_uid, n & 63, (void *)v.ptr)) return 0;
     r->flow_schema_uid_len = n;
+    w->found |= 2;
   } else if (key_len == KEY_RETRY_AFTER_LEN && first == W_RETRY_AF && last == W_RY_AFTER) {
     __u32 n = v.len > SW_RETRY_AFTER_MAX - 1 ? SW_RETRY_AFTER_MAX - 1 : (__u32)v.len;
     if (bpf_probe_read_user(r->retry_after, n & 15, (void *)v.ptr)) return 0;
     r->retry_after_len = n;
+    w->found |= 4;
   } else {
     return 0;
   }
-  if (++w->found >= 3) w->done = 1;
+  if (w->found == 7) w->done = 1;
   return 0;
 }
 
-
-struct {
-  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 1);
-  __type(key, __u32);
-  __type(value, struct header_walk);
-} walk_scratch SEC(".maps");
 
 /* Finds the APF and Retry-After headers in the handler's header map. */
 static __always_inline void read_response_headers(__u64 map_ptr, const struct sw_go_offsets *off,
@@ -516,9 +530,6 @@ static __always_inline void read_response_headers(__u64 map_ptr, const struct sw
   struct header_walk *w = bpf_map_lookup_elem(&walk_scratch, &zero);
   if (!group || !w || map_ptr == 0 || off->group_size == 0 || off->group_size > SW_MAP_GROUP_MAX) return;
   __builtin_memset(w, 0, sizeof(*w));
-  w->r = r;
-  w->group = group;
-  w->off = off;
   w->group_size = off->group_size;
   if (off->map_swiss) {
     __u64 used = 0, dir_ptr = 0;
@@ -556,7 +567,8 @@ static __always_inline void read_response_headers(__u64 map_ptr, const struct sw
       w->old_n = (h.flags & GO_SAME_SIZE_GROW) || h.B == 0 ? 1ULL << h.B : 1ULL << (h.B - 1);
     }
   }
-  bpf_loop(SW_MAX_GROUP_VISITS * 8, walk_one_slot, w, 0);
+  struct walk_ctx c = {.w = w, .r = r, .group = group, .off = off};
+  bpf_loop(SW_MAX_GROUP_VISITS * 8, walk_one_slot, &c, 0);
   if (w->visits >= SW_MAX_GROUP_VISITS && !w->done) r->header_walk_incomplete = 1;
 }
 

@@ -57,7 +57,13 @@ int HealthServer::HandleHealthz(mg_connection* conn, void* self) {
 
 int HealthServer::HandleReadyz(mg_connection* conn, void* self) {
   auto* s = static_cast<HealthServer*>(self);
-  return s->ready_.load() ? Reply(conn, 200, "ready\n") : Reply(conn, 503, "starting\n");
+  if (s->ready_.load()) return Reply(conn, 200, "ready\n");
+  std::string why;
+  {
+    std::lock_guard lock(s->debug_clients_mutex_);
+    why = s->why_not_ready_;
+  }
+  return Reply(conn, 503, why + "\n");
 }
 
 int HealthServer::HandleDebugClients(mg_connection* conn, void* self) {

@@ -1,8 +1,11 @@
 // /healthz and /readyz for Kubernetes probes, on their own port (--health-address): the metrics
 // endpoint cannot answer 503. /debug/clients answers "who is calling, from where" as JSON: the
-// busiest clients and the peer IPs they connect from (no labels on metrics could hold that). Liveness means the agent's main loop is still turning; readiness
-// means BPF is loaded and the first target scan is done (with or without targets: a master
-// without an apiserver yet still exports metrics and alerts on "target not attached").
+// busiest clients and the peer IPs they connect from (no labels on metrics could hold that).
+// Liveness means the agent's main loop is still turning. Readiness means BPF is loaded, the
+// first target scan is done and every target found is attached: a target refused (a binary the
+// agent cannot read or probe) makes /readyz fail with the reason, so a rollout onto a control
+// plane the agent cannot capture stops visibly. A master with no target yet is ready (it still
+// exports metrics and says "no target" in them).
 #pragma once
 
 #include <atomic>
@@ -27,7 +30,12 @@ class HealthServer {
   HealthServer& operator=(const HealthServer&) = delete;
 
   void Beat(int64_t monotonic_ns) { last_beat_ns_.store(monotonic_ns); }
-  void SetReady(bool ready) { ready_.store(ready); }
+  // `why_not`: the 503 body while not ready.
+  void SetReady(bool ready, std::string why_not = "starting") {
+    std::lock_guard lock(debug_clients_mutex_);
+    why_not_ready_ = std::move(why_not);
+    ready_.store(ready);
+  }
   // Replaces the JSON document /debug/clients serves (the main loop publishes it every second).
   void SetDebugClients(std::string json) {
     std::lock_guard lock(debug_clients_mutex_);
@@ -46,6 +54,7 @@ class HealthServer {
   std::atomic<bool> ready_{false};
   std::mutex debug_clients_mutex_;
   std::string debug_clients_ = "[]";
+  std::string why_not_ready_ = "starting";
 };
 
 }  // namespace stormwatch

@@ -19,11 +19,18 @@ constexpr uint64_t kMdText = 176, kMdEtext = 184;
 struct ModuleDataOffsets {
   uint64_t types, etypes, typedesclen, typelinks;  // typedesclen/typelinks: 0 = absent
 };
-ModuleDataOffsets ModuleDataOffsetsFor(int go_minor) {
-  if (go_minor <= 19) return {280, 288, 0, 336};
-  if (go_minor <= 25) return {296, 304, 0, 352};
-  if (go_minor == 26) return {296, 304, 0, 360};
-  return {296, 312, 304, 0};
+// The layouts a release may have, most likely first; the one whose fields check out against
+// the ELF sections wins. Go 1.20 and 1.25 have no Debian toolchain to check against here: for
+// them both neighbours' layouts are tried.
+std::vector<ModuleDataOffsets> ModuleDataOffsetsFor(int go_minor) {
+  const ModuleDataOffsets go118{280, 288, 0, 336}, go120{296, 304, 0, 352}, go126{296, 304, 0, 360},
+      go127{296, 312, 304, 0};
+  if (go_minor <= 19) return {go118};
+  if (go_minor == 20) return {go120, go118};
+  if (go_minor <= 24) return {go120};
+  if (go_minor == 25) return {go120, go126};
+  if (go_minor == 26) return {go126};
+  return {go127};
 }
 
 // internal/abi.Type: 48 bytes; TFlag at 20, Kind_ at 23, Str at 40, PtrToThis at 44.
@@ -92,8 +99,7 @@ Result<GoModuleData> FindGoModuleData(const ElfFile& elf, int go_minor, uint64_t
   if (go_minor < 18 || go_minor > 27) {
     return Error{"Go type data is read for Go 1.18-1.27, not Go 1." + std::to_string(go_minor)};
   }
-  const ModuleDataOffsets off = ModuleDataOffsetsFor(go_minor);
-  const uint64_t md_size = std::max({off.etypes, off.typedesclen, off.typelinks}) + 3 * kPtr;
+  constexpr uint64_t md_size = 400;  // past every field read, in every layout
   std::vector<uint64_t> candidates;
   if (const ElfSection* s = elf.FindSection(".go.module")) {
     candidates.push_back(s->addr);
@@ -115,6 +121,7 @@ Result<GoModuleData> FindGoModuleData(const ElfFile& elf, int go_minor, uint64_t
   const ElfSection* text_section = elf.FindSection(".text");
   const ElfSection* typelink_section = elf.FindSection(".typelink");
   std::string why;
+  for (const ModuleDataOffsets& off : ModuleDataOffsetsFor(go_minor))
   for (uint64_t vaddr : candidates) {
     auto bytes = elf.BytesAtVaddr(vaddr, md_size);
     if (!bytes) {

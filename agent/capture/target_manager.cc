@@ -23,6 +23,16 @@ size_t TargetManager::attached_count() const {
   return n;
 }
 
+std::string TargetManager::NotReadyReason() const {
+  std::string out;
+  for (const auto& [pid, t] : targets_) {
+    if (t.attached) continue;
+    out += (out.empty() ? "" : "\n") + t.process.name + " pid " + std::to_string(pid) +
+           " not attached (" + AttachFailureName(t.failure) + "): " + t.problem;
+  }
+  return out;
+}
+
 void TargetManager::Refresh() {
   std::vector<TargetProcess> live;
   if (options_.pids.empty()) {
@@ -69,9 +79,9 @@ TargetStatus TargetManager::Attach(const TargetProcess& process) {
   s.stack = plan.stack_names();
   s.problem = plan.problem;
   s.failure = plan.failure;
-  if (plan.failure != AttachFailure::kNone) return s;
   s.etcd = plan.etcd;
   s.gap = plan.gap;
+  if (plan.failure != AttachFailure::kNone) return s;
   if (!plan.sites.empty()) s.layout = plan.sites.front().offsets;
   auto slot = probes_->Attach(process.pid, process.exe_path, plan.sites, plan.http1);
   if (!slot) {

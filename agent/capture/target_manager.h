@@ -87,6 +87,8 @@ class TargetManager {
   void Refresh();
   const std::map<pid_t, TargetStatus>& targets() const { return targets_; }
   size_t attached_count() const;
+  // "" when every target found is attached; else which are refused and why (for /readyz).
+  std::string NotReadyReason() const;
 
  private:
   TargetStatus Attach(const TargetProcess& process);

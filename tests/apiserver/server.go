@@ -7,7 +7,9 @@ package main
 // headers, then a seat or a 429), then routing to discovery or the REST handlers.
 
 import (
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -69,6 +71,14 @@ func (s *apiServer) serveWithAPF(rec *statusRecorder, r *http.Request, info *req
 	h := rec.Header()
 	h.Set("X-Kubernetes-Pf-Flowschema-Uid", fs.uid)
 	h.Set("X-Kubernetes-Pf-Prioritylevel-Uid", pl.pl.uid)
+	// Test knob: N more response headers, so the agent's walk of the handler's header map meets a
+	// map past one Swiss-table group or bucket (8 entries), as kube-apiserver's maps with
+	// Warning, Audit-Id, Cache-Control and friends can be.
+	if n, err := strconv.Atoi(r.Header.Get("X-Stormwatch-Test-Response-Headers")); err == nil && n > 0 && n <= 64 {
+		for i := 0; i < n; i++ {
+			h.Set(fmt.Sprintf("X-Test-Extra-%02d", i), "x")
+		}
+	}
 	release := pl.acquire(r.Context(), hash, s.apf.cfg.waitLimit)
 	if release == nil {
 		writeTooManyRequests(rec, s.apf.cfg.retryAfterSec)

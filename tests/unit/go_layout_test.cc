@@ -500,3 +500,60 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace stormwatch
+
+namespace stormwatch {
+namespace {
+
+// Bytes of a target's file are untrusted: corrupt type data gives errors (or a layout that
+// fails its checks), never a crash, a read outside the file or an unbounded walk.
+TEST(GoTypeData, CorruptDescriptorsAreErrorsNotCrashes) {
+  const std::string src = kGoOut + "/test-apiserver-go1.23";
+  ASSERT_TRUE(Exists(src)) << src;
+  auto clean = GoBinary::Open(src);
+  ASSERT_TRUE(clean.ok());
+  ASSERT_TRUE(clean->module_data().ok());
+  const GoModuleData md = *clean->module_data();
+  const ElfSection* rodata = clean->elf().FindSection(".rodata");
+  ASSERT_NE(rodata, nullptr);
+  ASSERT_GE(md.types, rodata->addr);
+  std::ifstream in(src, std::ios::binary);
+  std::string original((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const uint64_t types_off = rodata->offset + (md.types - rodata->addr);
+  const uint64_t types_len = md.etypes - md.types;
+  const std::string path = "/tmp/stormwatch-corrupt-types-" + std::to_string(getpid());
+  uint64_t seed = 42;
+  auto next = [&] { return seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; };
+  int opened = 0, refused = 0;
+  for (int round = 0; round < 40; ++round) {
+    std::string bytes = original;
+    for (int i = 0; i < 2000; ++i) bytes[types_off + next() % types_len] = static_cast<char>(next() >> 56);
+    std::ofstream(path, std::ios::binary) << bytes;
+    auto binary = GoBinary::Open(path);
+    if (!binary.ok()) continue;
+    ++opened;
+    GoHttp2ProbePlan plan = PlanGoHttp2Probes(*binary);  // must return, whatever it says
+    refused += plan.failure != AttachFailure::kNone;
+    if (plan.failure == AttachFailure::kMissingField) EXPECT_FALSE(plan.gap.type.empty()) << plan.problem;
+  }
+  std::remove(path.c_str());
+  EXPECT_EQ(opened, 40) << "the pclntab and build info are outside the corrupted range";
+  EXPECT_GT(refused, 0) << "2000 corrupted bytes in the descriptors and nothing noticed?";
+}
+
+TEST(GoTypeData, ModuleDataThatDoesNotMatchTheSectionsIsRefused) {
+  const std::string src = kGoOut + "/test-apiserver-go1.23";
+  auto clean = GoBinary::Open(src);
+  ASSERT_TRUE(clean.ok());
+  const ElfSection* pcln = clean->elf().FindSection(".gopclntab");
+  ASSERT_NE(pcln, nullptr);
+  // The Go 1.27 layout on a Go 1.23 binary: typedesclen is etypes here, and does not fit.
+  EXPECT_FALSE(FindGoModuleData(clean->elf(), 27, pcln->addr).ok());
+  // Outside the supported releases: a clear error, not a guess.
+  auto old = FindGoModuleData(clean->elf(), 16, pcln->addr);
+  ASSERT_FALSE(old.ok());
+  EXPECT_NE(old.error().find("1.18-1.27"), std::string::npos) << old.error();
+  EXPECT_FALSE(FindGoModuleData(clean->elf(), 23, pcln->addr + 8).ok()) << "no word points there";
+}
+
+}  // namespace
+}  // namespace stormwatch
