@@ -100,10 +100,12 @@ class ApiServerProcess:
 
 class Cluster:
     def __init__(self, apiserver_bin=None, operator_bin=None, keep_tmp=None, apiserver_args=(),
-                 apiserver_name="kube-apiserver"):
+                 apiserver_name="kube-apiserver", etcd_bin=None, etcd_name=None):
         go_out = default_go_out()
         self.apiserver_args = list(apiserver_args)  # extra flags appended to the apiserver's command line
         self.apiserver_name = apiserver_name  # executable name under TMP/bin (the agent finds targets by name)
+        self.etcd_src = etcd_bin or ETCD
+        self.etcd_name = etcd_name  # when set, etcd runs as TMP/bin/<etcd_name> (a copy)
         self.apiserver_src = apiserver_bin or os.path.join(go_out, "test-apiserver")
         self.kubectl_bin = resolve_kubectl()
         self.operator_bin = operator_bin or os.path.join(go_out, "runaway-operator")
@@ -239,8 +241,12 @@ class Cluster:
         self.etcd_url = f"https://127.0.0.1:{cport}"
         peer = f"http://127.0.0.1:{pport}"
         pki = self._path("pki")
+        etcd_bin = self.etcd_src
+        if self.etcd_name:
+            etcd_bin = self._path("bin", self.etcd_name)
+            shutil.copy2(self.etcd_src, etcd_bin)
         self.etcd = self._spawn([
-            ETCD, "--name", "stormwatch-test",
+            etcd_bin, "--name", "stormwatch-test",
             "--data-dir", self._path("etcd-data"),
             "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
@@ -252,6 +258,15 @@ class Cluster:
         ctx = ssl.create_default_context(cafile=self.ca_file)
         ctx.load_cert_chain(f"{pki}/apiserver-etcd-client.crt", f"{pki}/apiserver-etcd-client.key")
         self._wait_until(lambda: self._http_ok(self.etcd_url + "/health", ctx), self.etcd, "etcd.log", "etcd")
+
+    def etcd_metrics(self):
+        """etcd's own /metrics (Prometheus text), over its client TLS port with the apiserver's
+        client certificate."""
+        pki = self._path("pki")
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        ctx.load_cert_chain(f"{pki}/apiserver-etcd-client.crt", f"{pki}/apiserver-etcd-client.key")
+        with urllib.request.urlopen(self.etcd_url + "/metrics", context=ctx, timeout=10) as r:
+            return r.read().decode()
 
     # ---- apiserver ----
 
