@@ -56,6 +56,7 @@ struct RawFunction {
   std::string_view name;  // views the mapped file
   uint64_t entry;
   uint64_t end;
+  int32_t args;
 };
 
 // Decodes the function table of one pclntab candidate. `tab` runs from the header to the end of
@@ -123,10 +124,11 @@ Result<std::vector<RawFunction>> ParsePclntab(std::span<const uint8_t> tab, uint
       return Error{"pclntab function table not sorted at index " + std::to_string(i)};
     // _func starts with the entry (uintptr, uint32 since 1.18), then nameOff int32.
     auto name_offset = ReadUint(*funcdata, *func_offset + field_size, 4);
-    if (!name_offset) return Error{"pclntab _func record outside the table"};
+    auto args = ReadUint(*funcdata, *func_offset + field_size + 4, 4);  // _func.args follows
+    if (!name_offset || !args) return Error{"pclntab _func record outside the table"};
     auto name = ReadCString(*names, *name_offset);
     if (!name) return Error{"pclntab function name outside the name table"};
-    functions.push_back({*name, text_start + *entry, text_start + *end});
+    functions.push_back({*name, text_start + *entry, text_start + *end, static_cast<int32_t>(*args)});
   }
   return functions;
 }
@@ -402,7 +404,7 @@ Result<bool> GoBinary::ReadPclntab() {
                          " is not in an executable segment"};
           break;
         }
-        functions.push_back({std::string(raw.name), raw.entry, raw.end, *offset});
+        functions.push_back({std::string(raw.name), raw.entry, raw.end, *offset, raw.args});
       }
     }
     if (!parsed) {

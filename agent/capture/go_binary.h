@@ -25,6 +25,9 @@ struct GoFunction {
   uint64_t entry = 0;        // vaddr of the first instruction
   uint64_t end = 0;          // vaddr just past the function: the next function's entry
   uint64_t file_offset = 0;  // file offset of `entry`, where a uprobe attaches
+  // _func.args: bytes of arguments and results (receiver included), the spill area of the
+  // register ABI; a function's shape, checked before it is probed.
+  int32_t args = 0;
 };
 
 struct GoModuleVersion {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "agent/capture/client_cert_reader.h"
 #include "agent/capture/go_binary.h"
@@ -101,6 +102,7 @@ const char* AttachFailureName(AttachFailure failure) {
     case AttachFailure::kNoHttp2Server: return "no_http2_server";
     case AttachFailure::kNoTypeData: return "no_type_data";
     case AttachFailure::kMissingField: return "missing_field";
+    case AttachFailure::kFunctionShape: return "function_shape";
     case AttachFailure::kAttachFailed: return "attach_failed";
   }
   return "attach_failed";
@@ -123,7 +125,21 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const std::string& exe_path) {
   return PlanGoHttp2Probes(*binary);
 }
 
+std::string CheckFunctionShape(const GoFunction& fn, int32_t args, const char* signature) {
+  if (fn.args == args) return "";
+  return fn.name + " takes " + std::to_string(fn.args) + " bytes of arguments, not the " +
+         std::to_string(args) + " of " + signature + " the probe reads";
+}
+
 namespace {
+// Shapes of the probed functions: _func.args is the spill area of the register-assigned
+// receiver and arguments (results travel in registers and have none), in bytes.
+constexpr int32_t kProcessHeadersArgs = 8 + 8;  // (sc *serverConn) processHeaders(f *MetaHeadersFrame)
+constexpr int32_t kHandlerDoneArgs = 8;         // (w *responseWriter) handlerDone()
+constexpr int32_t kConnReadArgs = 8 + 24;       // (cr *connReader) Read(p []byte)
+constexpr int32_t kConnWriteArgs = 8 + 24;      // (w checkConnErrorWriter{c *conn}) Write(p []byte)
+constexpr int32_t kConnCloseArgs = 8;           // (c *conn) close()
+
 // net/http's HTTP/1.1 server (kube-apiserver serves HTTP/1.1 clients such as the Python client
 // with it). Absent or unplaceable: HTTP/2 is still captured, with a caveat.
 std::optional<Http1ProbeSites> PlanHttp1Probes(const GoBinary& binary, std::string* caveats) {
@@ -135,6 +151,11 @@ std::optional<Http1ProbeSites> PlanHttp1Probes(const GoBinary& binary, std::stri
     return std::nullopt;
   };
   if (!read_fn || !write_fn || !close_fn) return note("net/http's HTTP/1.1 server not found");
+  for (auto [fn, args, sig] : {std::tuple{&*read_fn, kConnReadArgs, "Read(p []byte)"},
+                               std::tuple{&*write_fn, kConnWriteArgs, "Write(p []byte)"},
+                               std::tuple{&*close_fn, kConnCloseArgs, "close()"}}) {
+    if (std::string why = CheckFunctionShape(*fn, args, sig); !why.empty()) return note(why);
+  }
   auto read_entry = binary.EntryProbeSiteOf(*read_fn);
   auto read_returns = binary.ReturnInstructionOffsets(*read_fn);
   auto write_entry = binary.EntryProbeSiteOf(*write_fn);
@@ -200,6 +221,9 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
                   stack.name + " HTTP/2 server is incomplete in the binary (" +
                       (headers_fn ? stack.handler_done : stack.process_headers) + " not found)");
     }
+    std::string shape = CheckFunctionShape(*headers_fn, kProcessHeadersArgs, "processHeaders(f *MetaHeadersFrame)");
+    if (shape.empty()) shape = CheckFunctionShape(*done_fn, kHandlerDoneArgs, "handlerDone()");
+    if (!shape.empty()) return fail(AttachFailure::kFunctionShape, stack.name + " HTTP/2 stack: " + shape);
     found.push_back({&stack, *headers_fn, *done_fn});
   }
   if (found.empty()) {

@@ -26,6 +26,7 @@ enum class AttachFailure {
   kNoHttp2Server,     // "no_http2_server": no HTTP/2 server stack is in the binary
   kNoTypeData,        // "no_type_data": the Go runtime type descriptors could not be read
   kMissingField,      // "missing_field": a type or field the probes need is not in them
+  kFunctionShape,     // "function_shape": a probed function's arguments are not what they read
   kAttachFailed,      // "attach_failed": probe placement or the uprobe attach itself failed
 };
 const char* AttachFailureName(AttachFailure failure);
@@ -69,6 +70,12 @@ struct GoHttp2ProbePlan {
   std::string stack_names() const;          // "x/net,std"
 };
 GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary);
+
+// The probes read a function's arguments from registers (Go's register ABI, amd64: receiver in
+// RAX, then RBX, RCX, ...) and its results at RET (RAX). That holds only while the function keeps
+// its signature: its _func.args (bytes of the receiver's and arguments' spill area) must be
+// `args`. "" if it does, else why not.
+std::string CheckFunctionShape(const GoFunction& fn, int32_t args, const char* signature);
 GoHttp2ProbePlan PlanGoHttp2Probes(const std::string& exe_path);
 
 struct TargetManagerOptions {

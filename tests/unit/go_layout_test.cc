@@ -115,6 +115,7 @@ TEST(GoVersionParse, RejectsNonReleases) {
 TEST(AttachFailureNames, AreTheMetricReasons) {
   EXPECT_STREQ(AttachFailureName(AttachFailure::kNoTypeData), "no_type_data");
   EXPECT_STREQ(AttachFailureName(AttachFailure::kMissingField), "missing_field");
+  EXPECT_STREQ(AttachFailureName(AttachFailure::kFunctionShape), "function_shape");
   EXPECT_STREQ(AttachFailureName(AttachFailure::kUnreadableBinary), "unreadable_binary");
   EXPECT_STREQ(AttachFailureName(AttachFailure::kNoHttp2Server), "no_http2_server");
   EXPECT_STREQ(AttachFailureName(AttachFailure::kAttachFailed), "attach_failed");
@@ -553,6 +554,27 @@ TEST(GoTypeData, ModuleDataThatDoesNotMatchTheSectionsIsRefused) {
   ASSERT_FALSE(old.ok());
   EXPECT_NE(old.error().find("1.18-1.27"), std::string::npos) << old.error();
   EXPECT_FALSE(FindGoModuleData(clean->elf(), 23, pcln->addr + 8).ok()) << "no word points there";
+}
+
+}  // namespace
+}  // namespace stormwatch
+
+namespace stormwatch {
+namespace {
+
+TEST(FunctionShape, ArgumentBytesFromThePclntabAreChecked) {
+  auto binary = GoBinary::Open(kGoOut + "/test-apiserver-go1.23");
+  ASSERT_TRUE(binary.ok());
+  auto fn = binary->FindFunction("golang.org/x/net/http2.(*serverConn).processHeaders");
+  ASSERT_TRUE(fn);
+  EXPECT_EQ(fn->args, 16) << "receiver and one pointer argument";
+  EXPECT_EQ(CheckFunctionShape(*fn, 16, "processHeaders(f)"), "");
+  // processHeaders(f *MetaHeadersFrame, extra int), as a future release might declare it:
+  std::string why = CheckFunctionShape(*fn, 24, "processHeaders(f, extra)");
+  EXPECT_NE(why.find("processHeaders takes 16 bytes of arguments, not the 24"), std::string::npos) << why;
+  auto read = binary->FindFunction("net/http.(*connReader).Read");
+  ASSERT_TRUE(read);
+  EXPECT_EQ(read->args, 32) << "receiver and a slice";
 }
 
 }  // namespace
