@@ -37,6 +37,7 @@ APT_OPTS=(
   -o "Dir::Cache=$STATE/cache"
   -o "APT::Architecture=amd64"
   -o "Debug::NoLocking=1"
+  -o "APT::Sandbox::User=root"   # the state folders are ours, not _apt's
   -q
 )
 

@@ -25,6 +25,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -100,13 +101,20 @@ class ApiServerProcess:
 
 class Cluster:
     def __init__(self, apiserver_bin=None, operator_bin=None, keep_tmp=None, apiserver_args=(),
-                 apiserver_name="kube-apiserver", etcd_bin=None, etcd_name=None):
+                 apiserver_name="kube-apiserver", etcd_bin=None, etcd_name=None, server="test"):
         go_out = default_go_out()
         self.apiserver_args = list(apiserver_args)  # extra flags appended to the apiserver's command line
         self.apiserver_name = apiserver_name  # executable name under TMP/bin (the agent finds targets by name)
+        # "test": the test API server of tests/apiserver; "apiextensions": the real upstream
+        # k8s.io/apiextensions-apiserver (apiserver_bin), delegating authentication and
+        # authorization to tests/e2e/delegation_harness.py as aggregated API servers do.
+        self.server = server
+        default_server = "apiextensions-apiserver" if server == "apiextensions" else "test-apiserver"
+        self.apiserver_src = apiserver_bin or os.path.join(go_out, default_server)
+        self.mint_bin = os.path.join(go_out, "test-apiserver")  # mints bound SA tokens
+        self.audit_log = None
         self.etcd_src = etcd_bin or ETCD
         self.etcd_name = etcd_name  # when set, etcd runs as TMP/bin/<etcd_name> (a copy)
-        self.apiserver_src = apiserver_bin or os.path.join(go_out, "test-apiserver")
         self.kubectl_bin = resolve_kubectl()
         self.operator_bin = operator_bin or os.path.join(go_out, "runaway-operator")
         self.storm_clients_bin = os.path.join(go_out, "storm-clients")
@@ -148,7 +156,7 @@ class Cluster:
         return self
 
     def _start(self):
-        for path in (self.apiserver_src, ETCD, self.kubectl_bin):
+        for path in (self.apiserver_src, self.etcd_src, self.kubectl_bin, self.mint_bin):
             if not os.path.exists(path):
                 raise ClusterError(f"missing {path} (build with cmake, or set STORMWATCH_GO_OUT)")
         self.tmp = tempfile.mkdtemp(prefix="stormwatch-e2e-")
@@ -156,8 +164,11 @@ class Cluster:
             os.makedirs(os.path.join(self.tmp, d))
         self._make_pki()
         self._start_etcd()
-        self._start_apiserver()
         self.admin_cert, self.admin_key = self.client_cert("kubernetes-admin", ["system:masters"])
+        if self.server == "apiextensions":
+            self._start_apiextensions()
+        else:
+            self._start_apiserver()
         self.admin_kubeconfig = self.kubeconfig_cert(self.admin_cert, self.admin_key)
 
     def stop(self):
@@ -276,6 +287,69 @@ class Cluster:
         server = self.start_apiserver(binary)
         self._adopt_apiserver(server)
 
+    def _start_apiextensions(self):
+        """The real upstream API server on the cluster's etcd (TLS, client certificate), with
+        x509 client certificates from the cluster CA, bearer tokens and authorization delegated
+        to the harness (TokenReview, SubjectAccessReview), its informers pointed at the harness,
+        and a Metadata-level audit log (the identities the tests compare with the agent's)."""
+        pki = self._path("pki")
+        hport, port = free_port(), free_port()
+        harness = self._spawn([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                            "delegation_harness.py"),
+                               "--port", str(hport), "--cert", f"{pki}/apiserver.crt", "--key", f"{pki}/apiserver.key",
+                               "--log", self._path("logs", "harness-requests.log")], "harness.log")
+        delegation = self._path("kubeconfigs", "delegation.yaml")
+        with open(delegation, "w") as f:
+            json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "harness",
+                       "clusters": [{"name": "harness", "cluster": {"server": f"https://127.0.0.1:{hport}",
+                                                                     "certificate-authority": self.ca_file}}],
+                       "users": [{"name": "apiext", "user": {"token": "delegation-token"}}],
+                       "contexts": [{"name": "harness", "context": {"cluster": "harness", "user": "apiext"}}]}, f)
+        policy = self._path("pki", "audit-policy.yaml")
+        with open(policy, "w") as f:
+            f.write("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+                    "rules:\n- level: Metadata\n")
+        self.audit_log = self._path("logs", "audit.log")
+        binary = self.apiserver_binary()
+        shutil.copy2(self.apiserver_src, binary)
+        self.base_url = f"https://127.0.0.1:{port}"
+        self.apiserver = self._spawn([
+            binary, "--etcd-servers", self.etcd_url, "--etcd-cafile", f"{pki}/ca.crt",
+            "--etcd-certfile", f"{pki}/apiserver-etcd-client.crt", "--etcd-keyfile", f"{pki}/apiserver-etcd-client.key",
+            "--bind-address", "127.0.0.1", "--secure-port", str(port),
+            "--tls-cert-file", f"{pki}/apiserver.crt", "--tls-private-key-file", f"{pki}/apiserver.key",
+            "--client-ca-file", f"{pki}/ca.crt",
+            "--authentication-kubeconfig", delegation, "--authorization-kubeconfig", delegation,
+            "--kubeconfig", delegation, "--authentication-skip-lookup",
+            "--disable-admission-plugins", "NamespaceLifecycle,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,"
+                                           "ValidatingAdmissionPolicy,MutatingAdmissionPolicy",
+            "--audit-policy-file", policy, "--audit-log-path", self.audit_log, "--audit-log-format", "json",
+        ], "apiserver.log")
+        self.apiserver_pid = self.apiserver.pid
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        ctx.load_cert_chain(self.admin_cert, self.admin_key)
+        self._wait_until(lambda: harness.poll() is None and self._http_ok(self.base_url + "/readyz", ctx),
+                         self.apiserver, "apiserver.log", "apiextensions-apiserver", timeout=60)
+
+    def apiserver_metrics(self):
+        """The API server's own /metrics, read with the admin certificate."""
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        ctx.load_cert_chain(self.admin_cert, self.admin_key)
+        with urllib.request.urlopen(self.base_url + "/metrics", context=ctx, timeout=10) as r:
+            return r.read().decode()
+
+    def audit_events(self):
+        """The audit log's events (JSON lines), as far as written."""
+        events = []
+        try:
+            with open(self.audit_log) as f:
+                for line in f:
+                    if line.strip():
+                        events.append(json.loads(line))
+        except OSError:
+            pass
+        return events
+
     def _adopt_apiserver(self, server):
         """Makes server the one base_url, debug_url, server_counts() and kubeconfigs refer to."""
         self.main_apiserver = server
@@ -392,7 +466,7 @@ class Cluster:
 
     def mint_token(self, ns, sa, pod=None, expiration="1h"):
         """Mints a bound service-account token; returns the path of a 0600 file holding it."""
-        argv = [self.apiserver_src, "mint-token", "--sa-signing-key", self.sa_key,
+        argv = [self.mint_bin, "mint-token", "--sa-signing-key", self.sa_key,
                 "--namespace", ns, "--serviceaccount", sa, "--expiration", expiration]
         if pod:
             argv += ["--pod", pod]

@@ -338,18 +338,18 @@ class DwarfLayouts {
 };
 
 // Every offset the probes read, derived from the stripped binary's type data, against DWARF.
-TEST_P(MatrixBuild, DerivedOffsetsEqualTheCompilersDwarf) {
-  ASSERT_TRUE(Exists(unstripped())) << unstripped();
+void ExpectDerivedOffsetsEqualDwarf(const std::string& stripped, const std::string& unstripped, int minor) {
+  ASSERT_TRUE(Exists(unstripped)) << unstripped;
   ASSERT_FALSE(DwarfLayouts::Dumper().empty()) << "could not build the DWARF dumper";
-  DwarfLayouts dw(unstripped());
+  DwarfLayouts dw(unstripped);
   ASSERT_FALSE(dw.empty());
-  auto binary = GoBinary::Open(stripped());
+  auto binary = GoBinary::Open(stripped);
   ASSERT_TRUE(binary.ok());
   GoHttp2ProbePlan plan = PlanGoHttp2Probes(*binary);
   ASSERT_EQ(plan.failure, AttachFailure::kNone) << plan.problem;
   for (size_t i = 0; i < plan.stacks.size(); ++i) {
     const Http2Stack& st = *plan.stacks[i];
-    SCOPED_TRACE(st.name + " stack, Go " + GetParam().version);
+    SCOPED_TRACE(st.name + " stack, Go 1." + std::to_string(minor));
     const sw_go_offsets& o = plan.sites[i].offsets;
     const std::string p = st.type_prefix, e = st.embed_prefix;
     // Both of net/http's stacks use the standard library's vendored hpack.
@@ -373,7 +373,7 @@ TEST_P(MatrixBuild, DerivedOffsetsEqualTheCompilersDwarf) {
     EXPECT_EQ(dw.Get(p + "stream", "sc"), o.stream_sc);
     EXPECT_EQ(dw.Get(p + "stream", "id"), o.stream_id);
     EXPECT_EQ(dw.Get(o.rws_req_inline ? p + "ServerRequest" : "net/http.Request", "Method"), o.req_method);
-    EXPECT_EQ(o.rws_req_inline, minor() >= 27 ? 1u : 0u);
+    EXPECT_EQ(o.rws_req_inline, minor >= 27 ? 1u : 0u);
     EXPECT_EQ(dw.Get("bufio.Writer", "buf"), o.bufio_buf);
     EXPECT_EQ(dw.Get("bufio.Writer", "n"), o.bufio_n);
     EXPECT_EQ(dw.Get("crypto/tls.Conn", "peerCertificates"), o.tls_peer_certificates);
@@ -387,7 +387,7 @@ TEST_P(MatrixBuild, DerivedOffsetsEqualTheCompilersDwarf) {
     EXPECT_EQ(dw.Get("net.TCPAddr", "IP"), o.tcpaddr_ip);
     EXPECT_EQ(dw.Get("net.TCPAddr", "Port"), o.tcpaddr_port);
     EXPECT_EQ(dw.Get("net/http.connReader", "conn"), o.conn_reader_conn);
-    EXPECT_EQ(o.conn_reader_conn, minor() >= 26 ? 24u : 0u) << "Go 1.26 put rwc first";
+    EXPECT_EQ(o.conn_reader_conn, minor >= 26 ? 24u : 0u) << "Go 1.26 put rwc first";
     EXPECT_EQ(dw.Get("net/http.conn", "rwc"), o.http_conn_rwc);
     if (o.map_swiss) {
       EXPECT_EQ(dw.Get("internal/runtime/maps.Map", "dirPtr"), o.map_dir_ptr);
@@ -415,13 +415,18 @@ TEST_P(MatrixBuild, DerivedOffsetsEqualTheCompilersDwarf) {
   }
 }
 
+TEST_P(MatrixBuild, DerivedOffsetsEqualTheCompilersDwarf) {
+  ExpectDerivedOffsetsEqualDwarf(stripped(), unstripped(), minor());
+}
+
 // Not only the fields the probes read: every field of every named struct that both the type
 // data and DWARF describe (thousands per binary) has the same offset.
-TEST_P(MatrixBuild, EveryNamedStructEqualsTheCompilersDwarf) {
-  ASSERT_TRUE(Exists(unstripped())) << unstripped();
+void ExpectEveryNamedStructEqualsDwarf(const std::string& stripped, const std::string& unstripped,
+                                       const std::string& what, size_t min_structs) {
+  ASSERT_TRUE(Exists(unstripped)) << unstripped;
   ASSERT_FALSE(DwarfLayouts::Dumper().empty());
-  DwarfLayouts dw(unstripped());
-  auto binary = GoBinary::Open(stripped());
+  DwarfLayouts dw(unstripped);
+  auto binary = GoBinary::Open(stripped);
   ASSERT_TRUE(binary.ok());
   auto types = binary->types();
   ASSERT_TRUE(types.ok()) << types.error();
@@ -445,10 +450,31 @@ TEST_P(MatrixBuild, EveryNamedStructEqualsTheCompilersDwarf) {
       }
     }
   }
-  std::printf("Go %s: %zu structs, %zu fields compared with DWARF, %zu mismatches\n",
-              GetParam().version.c_str(), structs, fields, mismatches);
-  EXPECT_GT(structs, 1000u);
+  std::printf("%s: %zu structs, %zu fields compared with DWARF, %zu mismatches\n", what.c_str(),
+              structs, fields, mismatches);
+  EXPECT_GT(structs, min_structs);
   EXPECT_EQ(mismatches, 0u);
+}
+
+TEST_P(MatrixBuild, EveryNamedStructEqualsTheCompilersDwarf) {
+  ExpectEveryNamedStructEqualsDwarf(stripped(), unstripped(), "Go " + GetParam().version, 1000);
+}
+
+// The real upstream API server: k8s.io/apiextensions-apiserver 0.36 (Kubernetes 1.36's
+// k8s.io/apiserver) built from Debian sid's sources with Go 1.26 (CMake: apiextensions-apiserver).
+TEST(RealApiServer, LayoutDerivedAndEqualToDwarf) {
+  const std::string stripped = kGoOut + "/apiextensions-apiserver";
+  ASSERT_TRUE(Exists(stripped)) << stripped << " missing (scripts/build_apiextensions_apiserver.sh)";
+  GoHttp2ProbePlan plan = PlanGoHttp2Probes(stripped);
+  ASSERT_EQ(plan.failure, AttachFailure::kNone) << plan.problem;
+  EXPECT_EQ(plan.stack_names(), "x/net,std");
+  EXPECT_TRUE(plan.go_version.starts_with("go1.26.")) << plan.go_version;
+  EXPECT_FALSE(plan.etcd) << "it links etcd's client, not its server";
+  EXPECT_EQ(plan.problem, "");
+  EXPECT_TRUE(plan.http1.has_value());
+  EXPECT_GT(plan.type_count, 30000u);
+  ExpectDerivedOffsetsEqualDwarf(stripped, stripped + ".unstripped", 26);
+  ExpectEveryNamedStructEqualsDwarf(stripped, stripped + ".unstripped", "apiextensions-apiserver", 5000);
 }
 
 INSTANTIATE_TEST_SUITE_P(GoToolchains, MatrixBuild, ::testing::ValuesIn(MatrixCells()),

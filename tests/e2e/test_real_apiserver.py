@@ -1,0 +1,240 @@
+"""End to end, as root: the agent on a real upstream API server.
+
+k8s.io/apiextensions-apiserver 0.36.4 (Kubernetes 1.36's k8s.io/apiserver: its filters,
+RequestInfo, authentication and authorization delegation, APF, apiserver_request_total, x/net
+HTTP/2), built stripped from Debian sid's sources with Go 1.26 (scripts/build_apiextensions_apiserver.sh),
+serving a CustomResourceDefinition on forky's etcd 3.5.30 over TLS. Bearer tokens (bound
+service-account JWTs) and authorization go to tests/e2e/delegation_harness.py, as an aggregated
+API server's go to kube-apiserver; client certificates are checked by the server itself.
+
+  - the agent attaches (its layout derived from the binary's type data) and, per verb, group,
+    version, resource, subresource, scope and code, its stormwatch_requests_total deltas equal the
+    server's own apiserver_request_total deltas exactly, over HTTP/2 (kubectl, h2load, client-go's
+    runaway operator on a connection opened before the agent) and HTTP/1.1 (the Python client);
+  - the identities it names are the ones in the server's audit log, request for request;
+  - seed 000's update loop on the CRD raises update_loop for the operator's service account, and
+    seed 004's status writers from a stale cache raise conflict_storm for theirs.
+"""
+import collections
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from agent import Agent, parse_metrics, require_bpf_privileges  # noqa: E402
+from cluster import Cluster, default_go_out  # noqa: E402
+
+DEBIAN_DIR = os.environ.get("STORMWATCH_DEBIAN_DIR",
+                            os.path.join(os.environ.get("STORMWATCH_BUILD_DIR", "build"), "debian"))
+ETCD_3_5 = os.path.join(DEBIAN_DIR, "forky/root/usr/bin/etcd")
+NS = "etl"
+GROUP, VERSION, RESOURCE = "batch.company.com", "v1", "datajobs"
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "datajobs.batch.company.com"},
+    "spec": {"group": GROUP, "scope": "Namespaced",
+             "names": {"plural": "datajobs", "singular": "datajob", "kind": "DataJob", "listKind": "DataJobList"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+COLLECTION = "/apis/%s/%s/namespaces/%s/%s" % (GROUP, VERSION, NS, RESOURCE)
+
+
+def datajob(name):
+    return {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "DataJob",
+            "metadata": {"name": name, "namespace": NS}, "spec": {"schedule": "0 2 * * *", "image": "etl:1.0"}}
+
+
+def sa(ns, name):
+    return "system:serviceaccount:%s:%s" % (ns, name)
+
+
+def server_counts(metrics_text):
+    """apiserver_request_total of resource requests: {(verb, group, version, resource,
+    subresource, scope, code): count}."""
+    out = {}
+    for name, l, v in parse_metrics(metrics_text):
+        if name == "apiserver_request_total" and l.get("resource") and v:
+            key = (l["verb"], l["group"], l["version"], l["resource"], l["subresource"], l["scope"], l["code"])
+            out[key] = out.get(key, 0) + int(v)
+    return out
+
+
+def agent_counts(agent):
+    """stormwatch_requests_total of resource requests, by the same labels, and per client."""
+    by_labels, by_client = {}, {}
+    for key, v in agent.request_counts().items():
+        if not key[4]:
+            continue
+        by_labels[key[1:]] = by_labels.get(key[1:], 0) + v
+        by_client[key[0]] = by_client.get(key[0], 0) + v
+    return by_labels, by_client
+
+
+def delta(after, before):
+    d = {k: v - before.get(k, 0) for k, v in after.items()}
+    return {k: v for k, v in d.items() if v}
+
+
+def iso(t):
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class RealApiServer(unittest.TestCase):
+    def setUp(self):
+        require_bpf_privileges(self)
+        bin_path = os.path.join(default_go_out(), "apiextensions-apiserver")
+        self.assertTrue(os.path.exists(bin_path), "%s missing: cmake builds it (scripts/build_apiextensions_apiserver.sh)" % bin_path)
+        self.assertTrue(os.path.exists(ETCD_3_5), "%s missing: scripts/setup.sh fetches it" % ETCD_3_5)
+        self.c = Cluster(server="apiextensions", etcd_bin=ETCD_3_5).start()
+        self.addCleanup(self.c.stop)
+        self.agent = None
+
+    def tearDown(self):
+        if self.agent:
+            self.agent.stop()
+
+    def raw(self, *args, kubeconfig=None, input=None):
+        r = self.c.kubectl(*args, kubeconfig=kubeconfig or self.c.admin_kubeconfig, input=input)
+        self.assertEqual(r.returncode, 0, "%s: %s" % (args, r.stderr))
+        return r.stdout
+
+    def create_crd_and_objects(self, names):
+        self.raw("create", "--raw", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "-f", "-",
+                 input=json.dumps(CRD))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            crd = json.loads(self.raw("get", "--raw", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + CRD["metadata"]["name"]))
+            if any(c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", [])):
+                break
+            time.sleep(0.2)
+        else:
+            self.fail("CRD never Established")
+        for n in names:
+            self.raw("create", "--raw", COLLECTION, "-f", "-", input=json.dumps(datajob(n)))
+
+    def start_agent(self, *args):
+        self.agent = Agent(self.c.tmp, extra_args=["--pid", str(self.c.apiserver_pid), *args]).start()
+        self.agent.wait_attached(1)
+        info = [l for n, l, v in self.agent.metrics() if n == "stormwatch_target_info" and v == 1]
+        self.assertEqual(len(info), 1, info)
+        self.assertEqual((info[0]["status"], info[0]["stack"], info[0]["role"]), ("attached", "x/net,std", "apiserver"), info)
+        self.assertTrue(info[0]["go_version"].startswith("go1.26."), info)
+        self.assertEqual(self.agent.health("/readyz"), (200, "ready\n"))
+        return info[0]
+
+    def snapshot(self):
+        """The server's counts and the agent's, once both stand still."""
+        last = None
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            now = (server_counts(self.c.apiserver_metrics()), agent_counts(self.agent))
+            if now == last:
+                return now
+            last = now
+            time.sleep(0.5)
+        return last
+
+    def test_counts_and_identities_equal_the_servers_own(self):
+        c = self.c
+        self.create_crd_and_objects(["nightly-etl", "hourly-sync", "weekly-report"])
+        operator_token = c.mint_token("datajobs-system", "datajob-operator", pod="datajob-operator-6f7c9d5b8-xk2lp")
+        reader_token = c.mint_token("monitoring", "dashboard")
+        python_token = c.mint_token("analytics", "report-exporter")
+        reader = c.kubeconfig(reader_token)
+        # A client-go connection opened before the agent: the operator connects, GETs, waits.
+        go_file = os.path.join(c.tmp, "go")
+        operator = c.run_operator(operator_token, ["nightly-etl", "hourly-sync"], duration=3, wait_file=go_file,
+                                  namespace=NS, extra_args=["--workers", "2"])
+        time.sleep(1.5)
+        self.assertIsNone(operator.poll(), "operator exited early")
+        self.start_agent()
+        time.sleep(2)  # the server's own controllers settle after the CRD
+        (server_before, (agent_before, clients_before)) = self.snapshot()
+        t0 = time.time()
+
+        # HTTP/2: the operator on its old connection, kubectl, h2load.
+        open(go_file, "w").close()
+        operator.communicate(timeout=30)
+        self.assertEqual(operator.returncode, 0, c.log("operator-%d.log" % (len(c.procs) - 1)))
+        for args in (("get", "--raw", COLLECTION), ("get", "--raw", COLLECTION + "/weekly-report"),
+                     ("get", "--raw", COLLECTION + "/no-such-job"),
+                     ("get", "--raw", "/apis/%s/%s/%s" % (GROUP, VERSION, RESOURCE))):
+            r = c.kubectl(*args, kubeconfig=reader)
+            self.assertEqual(r.returncode != 0, "no-such-job" in args[-1], r.stderr)
+        with open(reader_token) as f:
+            token = f.read().strip()
+        h2 = subprocess.run(["h2load", "-n", "200", "-c", "2", "-m", "4", "-H", "Authorization: Bearer " + token,
+                             c.base_url + COLLECTION + "/weekly-report"], capture_output=True, text=True, timeout=60)
+        self.assertIn("200 succeeded", h2.stdout, h2.stdout + h2.stderr)
+        # HTTP/1.1: the Python client.
+        from kubernetes import client as k8s
+        cfg = k8s.Configuration()
+        cfg.host = c.base_url
+        cfg.ssl_ca_cert = c.ca_file
+        with open(python_token) as f:
+            cfg.api_key = {"authorization": "Bearer " + f.read().strip()}
+        api = k8s.CustomObjectsApi(k8s.ApiClient(cfg))
+        for _ in range(5):
+            self.assertEqual(len(api.list_namespaced_custom_object(GROUP, VERSION, NS, RESOURCE)["items"]), 3)
+            api.get_namespaced_custom_object(GROUP, VERSION, NS, RESOURCE, "hourly-sync")
+        api.patch_namespaced_custom_object(GROUP, VERSION, NS, RESOURCE, "hourly-sync",
+                                           {"metadata": {"annotations": {"owner": "analytics"}}})
+
+        (server_after, (agent_after, clients_after)) = self.snapshot()
+        t1 = time.time()
+        theirs, ours = delta(server_after, server_before), delta(agent_after, agent_before)
+        total = sum(theirs.values())
+        self.assertGreater(total, 300)
+        self.assertEqual(ours, theirs)
+        self.assertEqual(self.agent.metric_value("stormwatch_capture_lost_total"), 0)
+
+        # Identities: the audit log's user per resource request in the window.
+        audited = collections.Counter()
+        for e in c.audit_events():
+            if e.get("stage") == "ResponseComplete" and e.get("objectRef", {}).get("resource") and \
+                    iso(t0) <= e["stageTimestamp"] <= iso(t1) and e["responseStatus"]["code"] not in (401, 403):
+                audited[e["user"]["username"]] += 1
+        named = delta(clients_after, clients_before)
+        for user in (sa("datajobs-system", "datajob-operator"), sa("monitoring", "dashboard"),
+                     sa("analytics", "report-exporter")):
+            self.assertGreater(named.get(user, 0), 0, named)
+        self.assertEqual(named, dict(audited))
+        print("\nreal apiserver: %d resource requests, %d series equal to apiserver_request_total; "
+              "identities equal to the audit log: %s" % (total, len(theirs), named), file=sys.stderr)
+
+    def test_update_loop_and_conflict_storm_on_a_crd(self):
+        c = self.c
+        self.create_crd_and_objects(["nightly-etl", "hourly-sync"])
+        self.start_agent("--update-loop-resource-rate", "50")
+        operator = sa("datajobs-system", "datajob-operator")
+        token = c.mint_token("datajobs-system", "datajob-operator", pod="datajob-operator-6f7c9d5b8-xk2lp")
+        start = time.monotonic()
+        loop = c.run_operator(token, ["nightly-etl", "hourly-sync"], duration=6, namespace=NS,
+                              extra_args=["--workers", "2"])
+        firing, at = self.agent.wait_alert(lambda a: a["storm"] == "update_loop" and a["state"] == "firing", timeout=15)
+        loop.communicate(timeout=30)
+        self.assertIsNotNone(firing, "no update_loop alert: %s" % self.agent.alerts)
+        self.assertEqual((firing["client"], firing["group"], firing["resource"]), (operator, GROUP, RESOURCE))
+        print("\nupdate_loop on the real apiserver after %.1f s: %s" % (at - start, firing["client"]), file=sys.stderr)
+
+        writer = sa("reports", "report-operator")
+        token = c.mint_token("reports", "report-operator", pod="report-operator-5d8f7c9b4-x2kq9")
+        start = time.monotonic()
+        storm = c.run_storm_client("conflict", "--namespace", NS, token_file=token, duration=60)
+        firing, at = self.agent.wait_alert(lambda a: a["storm"] == "conflict_storm" and a["state"] == "firing",
+                                           timeout=50)
+        storm.terminate()
+        storm.communicate(timeout=30)
+        self.assertIsNotNone(firing, "no conflict_storm alert: %s" % self.agent.alerts)
+        self.assertEqual((firing["client"], firing["group"], firing["resource"]), (writer, GROUP, RESOURCE))
+        self.assertEqual({a["client"] for a in self.agent.alerts if a["state"] == "firing"}, {operator, writer})
+        print("conflict_storm on the real apiserver after %.1f s: %s" % (at - start, firing["client"]), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
