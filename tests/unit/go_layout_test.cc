@@ -560,7 +560,9 @@ TEST(GoTypeData, CorruptDescriptorsAreErrorsNotCrashes) {
     ++opened;
     GoHttp2ProbePlan plan = PlanGoHttp2Probes(*binary);  // must return, whatever it says
     refused += plan.failure != AttachFailure::kNone;
-    if (plan.failure == AttachFailure::kMissingField) EXPECT_FALSE(plan.gap.type.empty()) << plan.problem;
+    if (plan.failure == AttachFailure::kMissingField) {
+      EXPECT_FALSE(plan.gap.type.empty()) << plan.problem;
+    }
   }
   std::remove(path.c_str());
   EXPECT_EQ(opened, 40) << "the pclntab and build info are outside the corrupted range";
