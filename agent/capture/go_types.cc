@@ -95,11 +95,57 @@ std::string_view GoKindName(GoKind kind) {
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
+namespace {
+
+constexpr uint64_t kModuleDataBytes = 400;  // past every field read, in every layout
+constexpr size_t kMaxModuleDataCandidates = 64;
+
+// moduledata at `vaddr` read with the layout `off`, if its fields agree with the file.
+Result<GoModuleData> ReadModuleData(const ElfFile& elf, uint64_t vaddr, const ModuleDataOffsets& off,
+                                    int go_minor, uint64_t pclntab_vaddr) {
+  const std::string at = "moduledata at " + Hex(vaddr);
+  auto bytes = elf.BytesAtVaddr(vaddr, kModuleDataBytes);
+  if (!bytes) return Error{at + " lies outside the file"};
+  GoModuleData md;
+  md.vaddr = vaddr;
+  md.pcheader = Le(*bytes, 0, kPtr);
+  md.text = Le(*bytes, kMdText, kPtr);
+  md.etext = Le(*bytes, kMdEtext, kPtr);
+  md.types = Le(*bytes, off.types, kPtr);
+  md.etypes = Le(*bytes, off.etypes, kPtr);
+  if (off.typedesclen) md.typedesclen = Le(*bytes, off.typedesclen, kPtr);
+  if (md.pcheader != pclntab_vaddr) return Error{at + " does not point at .gopclntab"};
+  const ElfSection* text = elf.FindSection(".text");
+  if (md.text == 0 || md.etext <= md.text ||
+      (text && (md.text < text->addr || md.etext > text->addr + text->size))) {
+    return Error{at + ": text [" + Hex(md.text) + ", " + Hex(md.etext) + ") is not inside .text"};
+  }
+  if (md.etypes <= md.types || !elf.BytesAtVaddr(md.types, md.etypes - md.types)) {
+    return Error{at + ": types [" + Hex(md.types) + ", " + Hex(md.etypes) + ") is not file-backed data"};
+  }
+  if (off.typelinks) {
+    md.typelinks = Le(*bytes, off.typelinks, kPtr);
+    md.typelinks_count = Le(*bytes, off.typelinks + kPtr, kPtr);
+    uint64_t cap = Le(*bytes, off.typelinks + 2 * kPtr, kPtr);
+    const ElfSection* links = elf.FindSection(".typelink");
+    if (cap != md.typelinks_count || md.typelinks_count > kMaxTypelinks ||
+        !elf.BytesAtVaddr(md.typelinks, md.typelinks_count * 4) ||
+        (links && (md.typelinks != links->addr || md.typelinks_count * 4 > links->size))) {
+      return Error{at + ": typelinks do not match .typelink (not Go 1." + std::to_string(go_minor) +
+                   "'s layout?)"};
+    }
+  } else if (md.typedesclen == 0 || md.typedesclen > md.etypes - md.types) {
+    return Error{at + ": typedesclen " + std::to_string(md.typedesclen) + " does not fit the types"};
+  }
+  return md;
+}
+
+}  // namespace
+
 Result<GoModuleData> FindGoModuleData(const ElfFile& elf, int go_minor, uint64_t pclntab_vaddr) {
   if (go_minor < 18 || go_minor > 27) {
     return Error{"Go type data is read for Go 1.18-1.27, not Go 1." + std::to_string(go_minor)};
   }
-  constexpr uint64_t md_size = 400;  // past every field read, in every layout
   std::vector<uint64_t> candidates;
   if (const ElfSection* s = elf.FindSection(".go.module")) {
     candidates.push_back(s->addr);
@@ -109,7 +155,9 @@ Result<GoModuleData> FindGoModuleData(const ElfFile& elf, int go_minor, uint64_t
       if (!s || s->type == SHT_NOBITS) continue;
       auto bytes = elf.BytesAt(s->offset, s->size);
       if (!bytes) continue;
-      for (uint64_t at = 0; at + md_size <= bytes->size(); at += kPtr) {
+      for (uint64_t at = 0; at + kModuleDataBytes <= bytes->size() &&
+                            candidates.size() < kMaxModuleDataCandidates;
+           at += kPtr) {
         if (Le(*bytes, at, kPtr) == pclntab_vaddr) candidates.push_back(s->addr + at);
       }
       if (!candidates.empty()) break;
@@ -118,64 +166,13 @@ Result<GoModuleData> FindGoModuleData(const ElfFile& elf, int go_minor, uint64_t
   if (candidates.empty()) {
     return Error{"no runtime.moduledata: no word points at .gopclntab (" + Hex(pclntab_vaddr) + ")"};
   }
-  const ElfSection* text_section = elf.FindSection(".text");
-  const ElfSection* typelink_section = elf.FindSection(".typelink");
   std::string why;
-  for (const ModuleDataOffsets& off : ModuleDataOffsetsFor(go_minor))
-  for (uint64_t vaddr : candidates) {
-    auto bytes = elf.BytesAtVaddr(vaddr, md_size);
-    if (!bytes) {
-      why = "moduledata at " + Hex(vaddr) + " lies outside the file";
-      continue;
+  for (const ModuleDataOffsets& off : ModuleDataOffsetsFor(go_minor)) {
+    for (uint64_t vaddr : candidates) {
+      auto md = ReadModuleData(elf, vaddr, off, go_minor, pclntab_vaddr);
+      if (md) return md;
+      if (why.empty()) why = md.error();
     }
-    GoModuleData md;
-    md.vaddr = vaddr;
-    md.pcheader = Le(*bytes, 0, kPtr);
-    md.text = Le(*bytes, kMdText, kPtr);
-    md.etext = Le(*bytes, kMdEtext, kPtr);
-    md.types = Le(*bytes, off.types, kPtr);
-    md.etypes = Le(*bytes, off.etypes, kPtr);
-    if (off.typedesclen) md.typedesclen = Le(*bytes, off.typedesclen, kPtr);
-    if (off.typelinks) {
-      md.typelinks = Le(*bytes, off.typelinks, kPtr);
-      md.typelinks_count = Le(*bytes, off.typelinks + kPtr, kPtr);
-      uint64_t cap = Le(*bytes, off.typelinks + 2 * kPtr, kPtr);
-      if (cap != md.typelinks_count) {
-        why = "moduledata at " + Hex(vaddr) + ": typelinks len " + std::to_string(md.typelinks_count) +
-              " != cap " + std::to_string(cap) + " (not Go 1." + std::to_string(go_minor) + "'s layout?)";
-        continue;
-      }
-    }
-    if (md.pcheader != pclntab_vaddr) {
-      why = "moduledata at " + Hex(vaddr) + " does not point at .gopclntab";
-      continue;
-    }
-    if (md.text == 0 || md.etext <= md.text ||
-        (text_section && (md.text < text_section->addr ||
-                          md.etext > text_section->addr + text_section->size))) {
-      why = "moduledata at " + Hex(vaddr) + ": text [" + Hex(md.text) + ", " + Hex(md.etext) +
-            ") is not inside .text";
-      continue;
-    }
-    if (md.etypes <= md.types || !elf.BytesAtVaddr(md.types, md.etypes - md.types)) {
-      why = "moduledata at " + Hex(vaddr) + ": types [" + Hex(md.types) + ", " + Hex(md.etypes) +
-            ") is not file-backed data";
-      continue;
-    }
-    if (off.typelinks) {
-      if (md.typelinks_count > kMaxTypelinks ||
-          !elf.BytesAtVaddr(md.typelinks, md.typelinks_count * 4) ||
-          (typelink_section && (md.typelinks != typelink_section->addr ||
-                                md.typelinks_count * 4 > typelink_section->size))) {
-        why = "moduledata at " + Hex(vaddr) + ": typelinks do not match .typelink";
-        continue;
-      }
-    } else if (md.typedesclen == 0 || md.typedesclen > md.etypes - md.types) {
-      why = "moduledata at " + Hex(vaddr) + ": typedesclen " + std::to_string(md.typedesclen) +
-            " does not fit the types";
-      continue;
-    }
-    return md;
   }
   return Error{why};
 }

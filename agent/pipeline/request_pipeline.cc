@@ -176,10 +176,6 @@ void RequestPipeline::NameApfLevels(ResponseFacts& facts) {
   if (unknown && apf_.on_unknown_uid) apf_.on_unknown_uid();
 }
 
-TargetRole RoleOfExecutable(const std::string& name) {
-  return name == "etcd" ? TargetRole::kEtcd : TargetRole::kApiServer;
-}
-
 namespace {
 // gRPC paths are "/package.Service/Method"; anything else is folded so labels stay bounded.
 std::string GrpcMethodLabel(const std::string& path) {

@@ -55,7 +55,7 @@ struct PipelineStats {
 // the Kubernetes API (stormwatch_requests_total mirrors apiserver_request_total); etcd's
 // (gRPC over the same Go HTTP/2 server code) are the apiserver's storage reads and writes.
 enum class TargetRole { kApiServer, kEtcd };
-TargetRole RoleOfExecutable(const std::string& name);
+// (The role comes from the target's code, agent/capture/target_manager.cc, not its file name.)
 
 // What the pipeline reads from a target's memory per connection. agent.cc wires the readers of
 // agent/capture; unit tests inject fakes. Any of them may be empty.
