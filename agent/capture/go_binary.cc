@@ -4,10 +4,9 @@
 #include <elf.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <memory>
-
-#include "agent/capture/go_layout.h"
 
 namespace stormwatch {
 namespace {
@@ -208,6 +207,30 @@ struct InsnFree {
 };
 
 }  // namespace
+
+Result<GoVersion> GoVersion::Parse(std::string_view text) {
+  if (!text.starts_with("go")) return Error{"not a Go release version: '" + std::string(text) + "'"};
+  GoVersion v;
+  const char* p = text.data() + 2;
+  const char* end = text.data() + text.size();
+  int* parts[] = {&v.major, &v.minor, &v.patch};
+  for (int i = 0; i < 3; ++i) {
+    auto [next, ec] = std::from_chars(p, end, *parts[i]);
+    if (ec != std::errc() || *parts[i] < 0) {
+      if (i < 2) return Error{"malformed Go version '" + std::string(text) + "'"};
+      break;  // "go1.21rc2" was stopped at the suffix below; "go1.21." is a suffix "."
+    }
+    p = next;
+    if (i < 2 && p + 1 < end && *p == '.' && p[1] >= '0' && p[1] <= '9') {
+      ++p;
+    } else {
+      break;
+    }
+  }
+  v.suffix.assign(p, end);
+  if (v.major != 1) return Error{"unsupported Go major version in '" + std::string(text) + "'"};
+  return v;
+}
 
 const GoModule* GoBuildInfo::FindModule(std::string_view module_path) const {
   if (main && main->path == module_path) return &*main;

@@ -1,6 +1,5 @@
 #include "agent/capture/go_layout.h"
 
-#include <charconv>
 #include <initializer_list>
 
 namespace stormwatch {
@@ -174,62 +173,29 @@ void DeriveHttp1(Deriver& d, sw_go_offsets& o) {
 
 }  // namespace
 
-Result<GoVersion> GoVersion::Parse(std::string_view text) {
-  if (!text.starts_with("go")) return Error{"not a Go release version: '" + std::string(text) + "'"};
-  GoVersion v;
-  const char* p = text.data() + 2;
-  const char* end = text.data() + text.size();
-  int* parts[] = {&v.major, &v.minor, &v.patch};
-  for (int i = 0; i < 3; ++i) {
-    auto [next, ec] = std::from_chars(p, end, *parts[i]);
-    if (ec != std::errc() || *parts[i] < 0) {
-      if (i < 2) return Error{"malformed Go version '" + std::string(text) + "'"};
-      break;  // "go1.21rc2" was stopped at the suffix below; "go1.21." is a suffix "."
-    }
-    p = next;
-    if (i < 2 && p + 1 < end && *p == '.' && p[1] >= '0' && p[1] <= '9') {
-      ++p;
-    } else {
-      break;
-    }
-  }
-  v.suffix.assign(p, end);
-  if (v.major != 1) return Error{"unsupported Go major version in '" + std::string(text) + "'"};
-  return v;
+namespace {
+// A stack by its package and the prefix of its type names there (net/http's bundled copy
+// prefixes them with "http2"): its type prefix and probed function names follow.
+Http2Stack MakeStack(Http2StackKind kind, std::string name, const std::string& pkg,
+                     const std::string& embed_prefix) {
+  return {kind, std::move(name), pkg + "." + embed_prefix, embed_prefix,
+          pkg + ".(*" + embed_prefix + "serverConn).processHeaders",
+          pkg + ".(*" + embed_prefix + "responseWriter).handlerDone"};
 }
-
-const Http2Stack& XNetHttp2Stack() {
-  static const Http2Stack kStack = {
-      Http2StackKind::kXNet, "x/net", "golang.org/x/net/http2.", "",
-      "golang.org/x/net/http2.(*serverConn).processHeaders",
-      "golang.org/x/net/http2.(*responseWriter).handlerDone",
-  };
-  return kStack;
-}
-
-const Http2Stack& StdHttp2Stack() {
-  static const Http2Stack kStack = {
-      Http2StackKind::kStd, "std", "net/http.http2", "http2",
-      "net/http.(*http2serverConn).processHeaders",
-      "net/http.(*http2responseWriter).handlerDone",
-  };
-  return kStack;
-}
-
-const Http2Stack& StdInternalHttp2Stack() {
-  static const Http2Stack kStack = {
-      Http2StackKind::kStdInternal, "std-internal", "net/http/internal/http2.", "",
-      "net/http/internal/http2.(*serverConn).processHeaders",
-      "net/http/internal/http2.(*responseWriter).handlerDone",
-  };
-  return kStack;
-}
+}  // namespace
 
 const std::vector<Http2Stack>& Http2Stacks() {
-  static const std::vector<Http2Stack> kStacks = {XNetHttp2Stack(), StdHttp2Stack(),
-                                                  StdInternalHttp2Stack()};
+  static const std::vector<Http2Stack> kStacks = {
+      MakeStack(Http2StackKind::kXNet, "x/net", "golang.org/x/net/http2", ""),
+      MakeStack(Http2StackKind::kStd, "std", "net/http", "http2"),
+      MakeStack(Http2StackKind::kStdInternal, "std-internal", "net/http/internal/http2", ""),
+  };
   return kStacks;
 }
+
+const Http2Stack& XNetHttp2Stack() { return Http2Stacks()[0]; }
+const Http2Stack& StdHttp2Stack() { return Http2Stacks()[1]; }
+const Http2Stack& StdInternalHttp2Stack() { return Http2Stacks()[2]; }
 
 Result<GoLayout> DeriveGoLayout(const GoTypes& types, const Http2Stack& stack, LayoutGap* gap) {
   GoLayout layout;

@@ -19,16 +19,6 @@
 
 namespace stormwatch {
 
-// "go1.21.13" -> {1, 21, 13, ""}; "go1.22rc1" -> {1, 22, 0, "rc1"};
-// "go1.21.13 X:boringcrypto" -> {1, 21, 13, " X:boringcrypto"}. "devel ..." is an error.
-struct GoVersion {
-  int major = 0, minor = 0, patch = 0;
-  std::string suffix;  // anything after the numbers: a pre-release, an experiment, a vendor tag
-  static Result<GoVersion> Parse(std::string_view text);
-  bool is_release() const { return suffix.empty(); }
-  auto operator<=>(const GoVersion&) const = default;
-};
-
 enum class Http2StackKind { kXNet, kStd, kStdInternal };
 
 // One HTTP/2 server implementation that a Go binary may contain, by the names of its types
