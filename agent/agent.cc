@@ -146,6 +146,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
                             pipeline.SetTargetRole(t.process.pid,
                                                    t.etcd ? TargetRole::kEtcd : TargetRole::kApiServer);
                             cert_identities.SetTarget(t.process.pid, t.layout);
+                            if (t.etcd_messages) pipeline.SetEtcdMessageTypes(t.process.pid, t.etcd_messages);
                             http1_ends.SetTarget(t.process.pid, t.layout);
                           } else {
                             pipeline.ForgetProcess(t.process.pid);

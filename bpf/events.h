@@ -12,6 +12,8 @@ enum sw_event_type {
   SW_EV_H2_RESPONSE = 2,  /* the handler of one HTTP/2 stream finished */
   SW_EV_TLS_DATA = 3,     /* HTTP/1.1: bytes one server connection read returned or write was given */
   SW_EV_TLS_CLOSE = 4,    /* HTTP/1.1: net/http.(*conn).close: the connection is over */
+  SW_EV_GRPC_CALL = 5,    /* etcd: a gRPC call entered the server's interceptor (the request) */
+  SW_EV_GRPC_DONE = 6,    /* etcd: the interceptor returned (the response and status code) */
 };
 
 /* Why an event, or part of one, was lost. Indexes the per-CPU drop counters. */
@@ -173,6 +175,114 @@ struct sw_tls_data {
 };
 struct sw_tls_close {
   struct sw_event_header hdr;
+};
+
+/* ---- etcd: gRPC calls at go-grpc-prometheus's server interceptor (bpf/grpc_server.bpf.h) ----
+ * The interceptor that counts etcd's grpc_server_handled_total sees every call of every
+ * service: the decoded request message on entry, the response message and error at its RETs,
+ * and the request's context holds the client's peer (address, TLS certificates). Go structs
+ * are read through offsets derived from the binary's type data (agent/capture/etcd_layout.cc). */
+#define SW_GRPC_METHOD_MAX 80    /* "/etcdserverpb.KV/Range": info.FullMethod */
+#define SW_GRPC_MSG_MAX 128      /* bytes of the request struct copied (RangeRequest: 112) */
+#define SW_GRPC_RESP_MAX 64      /* bytes of the response struct copied (RangeResponse: 48) */
+#define SW_ETCD_KEY_MAX 256      /* bytes kept of a key and of a range end */
+#define SW_GRPC_MESSAGE_TYPES 64 /* entries of the message-type map (all targets) */
+#define SW_MAX_KVS_READ 4096     /* RangeResponse kvs whose sizes are summed */
+#define SW_MAX_CTX_DEPTH 32      /* context parents followed to find the peer */
+
+enum sw_grpc_kind {
+  SW_GRPC_UNARY = 0,
+  SW_GRPC_STREAM = 1,
+};
+
+/* What the BPF program does with a message of one Go type (the eface's type word). */
+enum sw_grpc_message_kind {
+  SW_MSG_PLAIN = 0,      /* copy the struct */
+  SW_MSG_KEYED = 1,      /* copy the struct, its Key and (if end_off != 0xffff) RangeEnd */
+  SW_MSG_TXN = 2,        /* TxnRequest: the key of its first Compare, else of its first op */
+  SW_MSG_RANGE_RESP = 3, /* RangeResponse: also sum the key and value bytes of its Kvs */
+};
+
+struct sw_grpc_message_key {
+  __u32 slot;
+  __u32 pad;
+  __u64 type; /* runtime address of the *T type descriptor (the eface's first word) */
+};
+struct sw_grpc_message {
+  __u16 kind;    /* enum sw_grpc_message_kind */
+  __u16 size;    /* sizeof(T) */
+  __u16 key_off; /* KEYED: the Key slice */
+  __u16 end_off; /* KEYED: the RangeEnd slice; 0xffff: none */
+};
+
+struct sw_grpc_offsets {
+  __u32 unary_info_method;  /* grpc.UnaryServerInfo.FullMethod (string) */
+  __u32 stream_info_method; /* grpc.StreamServerInfo.FullMethod (string) */
+  /* The context chain: context.valueCtx{Context; key, val any}; the parent context sits at +0
+   * of every std context type. The peer is the value whose key's type is grpc/peer.peerKey. */
+  __u64 value_ctx_type;     /* runtime address of *context.valueCtx's descriptor; 0: no peer */
+  __u64 peer_key_type;      /* of peer.peerKey */
+  __u32 value_ctx_key;
+  __u32 value_ctx_val;
+  __u32 peer_addr;          /* peer.Peer.Addr (net.Addr: a *net.TCPAddr) */
+  __u32 peer_auth_info;     /* peer.Peer.AuthInfo (credentials.AuthInfo: a TLSInfo) */
+  __u32 tls_info_peer_certificates; /* TLSInfo.State.PeerCertificates; 0: certificates not read */
+  __u32 pad;
+  /* The error: *grpc/internal/status.Error -> *Status -> *genproto status.Status.Code (grpc
+   * before 1.30: Error{e *spb.Status}, one pointer less: status_direct). */
+  __u64 status_error_type;  /* runtime address of *status.Error's descriptor; 0: codes not read */
+  __u32 status_error_status;
+  __u32 status_proto;
+  __u32 status_code;
+  __u32 status_direct;
+  /* RangeResponse.Kvs -> *mvccpb.KeyValue{Key, Value}. */
+  __u32 range_resp_kvs;
+  __u32 kv_key;
+  __u32 kv_value;
+  /* TxnRequest.Compare -> *Compare.Key; TxnRequest.Success -> *RequestOp.Request (a oneof
+   * interface whose data is a wrapper holding the op's *Request first) -> its Key at +0. */
+  __u32 txn_compare;
+  __u32 compare_key;
+  __u32 txn_success;
+  __u32 request_op_request;
+  /* From Go's net and crypto/x509, as in sw_go_offsets. */
+  __u32 tcpaddr_ip;
+  __u32 tcpaddr_port;
+  __u32 x509_raw;
+  __u32 pad2;
+};
+
+struct sw_grpc_call {
+  struct sw_event_header hdr; /* conn: the goroutine (g) running the call; stream_id 0 */
+  __u8 kind;                  /* enum sw_grpc_kind */
+  __u8 method_len;
+  __u16 msg_len;              /* bytes in msg */
+  __u16 key_len;              /* bytes in key */
+  __u16 end_len;              /* bytes in end */
+  __u32 key_total;            /* the key's real length (key holds at most SW_ETCD_KEY_MAX) */
+  __u32 end_total;
+  __u64 msg_type;             /* the request's Go type (runtime address); 0: none (a stream) */
+  struct sw_sock_addr peer;   /* the client's end, from the context's peer.Peer */
+  __u64 client_cert_der;      /* where the peer's first certificate (DER) sits in the target */
+  __u32 client_cert_der_len;
+  __u32 pad;
+  char method[SW_GRPC_METHOD_MAX];
+  __u8 msg[SW_GRPC_MSG_MAX];
+  __u8 key[SW_ETCD_KEY_MAX];
+  __u8 end[SW_ETCD_KEY_MAX];
+};
+
+struct sw_grpc_done {
+  struct sw_event_header hdr; /* conn: the goroutine, as in its sw_grpc_call */
+  __u8 kind;
+  __u8 pad;
+  __u16 msg_len;
+  __s32 code;                 /* gRPC status code: 0 OK; -1: an error whose code was not read */
+  __u64 msg_type;             /* the response's Go type; 0: none (an error, or a stream) */
+  __u32 kvs_read;             /* RangeResponse: kvs whose sizes were summed */
+  __u32 pad2;
+  __u64 kv_bytes;             /* their key + value bytes */
+  __u8 msg[SW_GRPC_RESP_MAX];
 };
 
 #endif

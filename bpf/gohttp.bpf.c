@@ -38,8 +38,9 @@ struct {
 } drops SEC(".maps");
 
 /* Probe hits per program, for the probe-budget figures printed by benchmarks:
- * processHeaders, handlerDone, HTTP/1.1 read entry, read return, write, close. */
-#define SW_PROBE_COUNT 6
+ * processHeaders, handlerDone, HTTP/1.1 read entry, read return, write, close, and etcd's gRPC
+ * unary entry, unary return, stream entry, stream return. */
+#define SW_PROBE_COUNT 10
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
   __uint(max_entries, SW_PROBE_COUNT);
@@ -792,3 +793,5 @@ int BPF_UPROBE(http1_close) {
   if (bpf_ringbuf_output(&events, &e, sizeof(e), BPF_RB_NO_WAKEUP)) count(&drops, SW_DROP_RINGBUF_FULL);
   return 0;
 }
+
+#include "grpc_server.bpf.h"

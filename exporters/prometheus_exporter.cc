@@ -8,7 +8,9 @@ namespace {
 constexpr const char* kClientFamilyNames[] = {
     "stormwatch_requests_total",      "stormwatch_response_bytes_total",
     "stormwatch_list_requests_total", "stormwatch_apf_requests_total",
-    "stormwatch_throttled_requests_total", "stormwatch_watches_total"};
+    "stormwatch_throttled_requests_total", "stormwatch_watches_total",
+    "stormwatch_etcd_requests_total", "stormwatch_etcd_range_keys_total",
+    "stormwatch_etcd_range_bytes_total"};
 constexpr char kExemptFamilyName[] = "stormwatch_exempt_client_requests_per_second";
 
 std::string OrUnknown(const std::string& value) { return value.empty() ? "unknown" : value; }
@@ -42,8 +44,23 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                 .Register(*registry_);
   etcd_requests_ = &prometheus::BuildCounter()
                         .Name("stormwatch_etcd_requests_total")
-                        .Help("Requests etcd served over its Go HTTP/2 server (gRPC), by method "
-                              "and HTTP status.")
+                        .Help("gRPC calls etcd served, by method, the resource of the key "
+                              "(kube-apiserver's /registry layout), client (certificate CN) and "
+                              "gRPC code (as grpc_server_handled_total's grpc_code).")
+                        .Register(*registry_);
+  etcd_range_keys_ = &prometheus::BuildCounter()
+                          .Name("stormwatch_etcd_range_keys_total")
+                          .Help("Keys etcd Range calls returned, by resource and client.")
+                          .Register(*registry_);
+  etcd_range_bytes_ = &prometheus::BuildCounter()
+                           .Name("stormwatch_etcd_range_bytes_total")
+                           .Help("Key and value bytes etcd Range calls returned, by resource and "
+                                 "client.")
+                           .Register(*registry_);
+  etcd_duration_ = &prometheus::BuildHistogram()
+                        .Name("stormwatch_etcd_request_duration_seconds")
+                        .Help("Time etcd took for a unary gRPC call, from its interceptor's "
+                              "entry to its return, by method and resource.")
                         .Register(*registry_);
   duration_ = &prometheus::BuildHistogram()
                    .Name("stormwatch_request_duration_seconds")
@@ -132,7 +149,8 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                               "had no series of its own (client limit reached).")
                         .Register(*registry_);
 
-  client_families_ = {requests_, response_bytes_, lists_, apf_, throttled_, watches_};
+  client_families_ = {requests_, response_bytes_, lists_, apf_, throttled_, watches_,
+                      etcd_requests_, etcd_range_keys_, etcd_range_bytes_};
   for (size_t f = 0; f < kClientFamilyCount; ++f) {
     client_series_gauges_[f] = &client_series_->Add({{"metric", kClientFamilyNames[f]}});
     folded_counters_[f] = &series_folded_->Add({{"metric", kClientFamilyNames[f]}});
@@ -326,9 +344,39 @@ void PrometheusExporter::SetAlertmanagerStats(uint64_t sent, uint64_t failed, ui
   AddCumulative(*alertmanager_, alertmanager_seen_, "result", "dropped", dropped);
 }
 
-void PrometheusExporter::CountEtcdRequest(const std::string& method, const std::string& code) {
+void PrometheusExporter::CountEtcdRequest(const std::string& method, const std::string& resource,
+                                          const std::string& client, const std::string& code) {
+  std::string key = method + '\x1f' + resource + '\x1f' + code;
   std::lock_guard lock(mu_);
-  etcd_requests_->Add({{"method", method}, {"code", code}}).Increment();
+  bool admitted = cap_.Admit(client, /*is_request=*/false);
+  ClientCounter(kEtcdRequests, client, admitted, key, [&] {
+    return Labels{{"method", method}, {"resource", resource}, {"code", code}};
+  }).Increment();
+}
+
+void PrometheusExporter::CountEtcdRange(const std::string& resource, const std::string& client,
+                                        uint64_t keys, uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  bool admitted = cap_.Admit(client, /*is_request=*/false);
+  auto labels = [&] { return Labels{{"resource", resource}}; };
+  ClientCounter(kEtcdRangeKeys, client, admitted, resource, labels).Increment(static_cast<double>(keys));
+  ClientCounter(kEtcdRangeBytes, client, admitted, resource, labels).Increment(static_cast<double>(bytes));
+}
+
+void PrometheusExporter::ObserveEtcdDuration(const std::string& method, const std::string& resource,
+                                             double seconds) {
+  // etcd's own grpc_server_handling_seconds buckets (go-grpc-prometheus's defaults).
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  std::string key = method + '\x1f' + resource;
+  std::lock_guard lock(mu_);
+  auto it = etcd_duration_cache_.find(key);
+  if (it == etcd_duration_cache_.end()) {
+    it = etcd_duration_cache_
+             .emplace(key, &etcd_duration_->Add({{"method", method}, {"resource", resource}}, kBuckets))
+             .first;
+  }
+  it->second->Observe(seconds);
 }
 
 void PrometheusExporter::ObserveDuration(const std::string& verb, const std::string& group,

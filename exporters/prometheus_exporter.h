@@ -46,8 +46,14 @@ class PrometheusExporter {
   explicit PrometheusExporter(ClientSeriesLimits limits = {});
 
   void CountRequest(const RequestLabels& labels, uint64_t response_bytes);
-  // Requests etcd served (the apiserver's storage traffic), by gRPC method and HTTP status.
-  void CountEtcdRequest(const std::string& method, const std::string& code);
+  // A gRPC call etcd served (the apiserver's storage traffic): method, the key's resource
+  // ("other" outside /registry), the client (certificate CN) and gRPC code name.
+  void CountEtcdRequest(const std::string& method, const std::string& resource,
+                        const std::string& client, const std::string& code);
+  // What a Range returned: keys and their key + value bytes.
+  void CountEtcdRange(const std::string& resource, const std::string& client, uint64_t keys,
+                      uint64_t bytes);
+  void ObserveEtcdDuration(const std::string& method, const std::string& resource, double seconds);
   // LISTs by how much they cost: consistent (etcd) or from the cache, paginated or not.
   void CountList(const std::string& client, const std::string& group, const std::string& resource,
                  const std::string& scope, const std::string& consistency, bool paginated);
@@ -92,7 +98,8 @@ class PrometheusExporter {
  private:
   // Families with a `client` label, in the order of kClientFamilyNames.
   enum ClientFamily : size_t {
-    kRequests, kResponseBytes, kLists, kApf, kThrottled, kWatches, kClientFamilyCount
+    kRequests, kResponseBytes, kLists, kApf, kThrottled, kWatches, kEtcdRequests,
+    kEtcdRangeKeys, kEtcdRangeBytes, kClientFamilyCount
   };
   // Per client, its counters in each client family by their other labels (a key).
   using ClientCounters =
@@ -116,6 +123,9 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Counter>* response_bytes_;
   prometheus::Family<prometheus::Counter>* lists_;
   prometheus::Family<prometheus::Counter>* etcd_requests_;
+  prometheus::Family<prometheus::Counter>* etcd_range_keys_;
+  prometheus::Family<prometheus::Counter>* etcd_range_bytes_;
+  prometheus::Family<prometheus::Histogram>* etcd_duration_;
   prometheus::Family<prometheus::Histogram>* duration_;
   prometheus::Family<prometheus::Gauge>* storm_active_;
   prometheus::Family<prometheus::Counter>* storms_total_;
@@ -146,6 +156,7 @@ class PrometheusExporter {
   std::unordered_map<std::string, ClientCounters> client_counters_;
   // Histogram handles per label set: Family::Add hashes a std::map on every call.
   std::unordered_map<std::string, prometheus::Histogram*> duration_cache_;
+  std::unordered_map<std::string, prometheus::Histogram*> etcd_duration_cache_;
   std::unordered_map<std::string, prometheus::Histogram*> watch_duration_cache_;
   std::unordered_map<std::string, prometheus::Histogram*> retry_after_cache_;
   // Exempt clients of the current round (the detector bounds them; capped here as well).

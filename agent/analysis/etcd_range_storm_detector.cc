@@ -50,20 +50,22 @@ void EtcdRangeStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   c.lists.Add(now_ns);
 }
 
-void EtcdRangeStormDetector::ObserveEtcd(const RequestRecord& r, int64_t now_ns) {
-  if (r.path != kEtcdRangeMethod) return;
+void EtcdRangeStormDetector::ObserveEtcd(const EtcdRequest& r, int64_t now_ns) {
+  if (r.method != kEtcdRangeMethod) return;
   if (config_.allow.Allows(r.identity.user)) return;
   ++observed_;
+  const std::string& resource = r.decoded.resource;
   Prefix& p = prefixes_.FindOrInsert(
-      r.info.resource,
+      resource,
       [&] {
         Prefix fresh(ring_);
-        fresh.resource = r.info.resource;
+        fresh.resource = resource;
         return fresh;
       },
       [&](const std::string&, Prefix& victim) { evicted_.Evict(victim.alert, now_ns); });
+  if (p.key_prefix.empty()) p.key_prefix = r.decoded.key_prefix;
   p.ranges.Add(now_ns);
-  p.bytes.Add(now_ns, static_cast<double>(r.response_bytes));
+  p.bytes.Add(now_ns, static_cast<double>(r.kv_bytes));
   if (r.end_ns >= r.start_ns) p.latency_ns.Add(now_ns, static_cast<double>(r.end_ns - r.start_ns));
 
   auto it = std::find_if(p.clients.begin(), p.clients.end(), [&](const EtcdClient& c) {
@@ -151,7 +153,7 @@ StormEvidence EtcdRangeStormDetector::BuildEvidence(const Prefix& p, int64_t las
   ev.resource = p.resource;
   ev.fix = kEtcdRangeStormFix;
   ev.fired_ns = now_ns;
-  const std::string prefix = p.resource.empty() ? "" : "/registry/" + p.resource + "/";
+  const std::string& prefix = p.key_prefix;
   ev.details = {{"ranges_per_second", Round2(ranges / n)},
                 {"bytes_per_second", Round2(bytes / n)},
                 {"mean_latency_ms", Round2(mean_latency_ms)},

@@ -1,8 +1,8 @@
 // etcd Range storm detector (STORMS.md §7, storm "etcd_range_storm").
 //
 // etcd's side of a LIST storm: ObserveEtcd() counts /etcdserverpb.KV/Range calls per key
-// prefix resource ("pods" for /registry/pods/; "" when unknown): calls, returned bytes and
-// latency per second, and which etcd clients made them. Range calls/s >= range_rate, or
+// prefix resource ("pods" for /registry/pods/; "" when unknown): calls, returned key and value
+// bytes and latency per second, and which etcd clients made them. Range calls/s >= range_rate, or
 // bytes/s >= bytes_rate, in each of sustain_s consecutive complete seconds fires; resolve_s
 // consecutive seconds under both resolve.
 //
@@ -22,6 +22,7 @@
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/storm.h"
 #include "agent/analysis/storm_lifecycle.h"
+#include "agent/core/etcd_request.h"
 
 namespace stormwatch {
 
@@ -39,9 +40,9 @@ class EtcdRangeStormDetector final : public StormDetector {
   const char* storm() const override { return kEtcdRangeStormStorm; }
   // An apiserver request: consistent LISTs are remembered for correlation.
   void Observe(const RequestRecord& r, int64_t now_ns) override;
-  // A request etcd served: r.path is the gRPC method, r.info.resource the key prefix's
-  // resource when known, r.identity the etcd client when known.
-  void ObserveEtcd(const RequestRecord& r, int64_t now_ns);
+  // A call etcd served: only Range calls count; r.decoded names the key's resource when known,
+  // r.identity the etcd client when known.
+  void ObserveEtcd(const EtcdRequest& r, int64_t now_ns);
   std::vector<StormTransition> Evaluate(int64_t now_ns) override;
   std::vector<StormEvidence> Active() const override;
   DetectorStats Stats() const override;
@@ -54,6 +55,7 @@ class EtcdRangeStormDetector final : public StormDetector {
   struct Prefix {
     explicit Prefix(size_t ring) : ranges(ring), bytes(ring), latency_ns(ring) {}
     std::string resource;
+    std::string key_prefix;  // as read: "/registry/pods/", "/registry/example.com/widgets/"
     SecondBuckets ranges;
     SecondBuckets bytes;
     SecondBuckets latency_ns;  // summed over the second's calls

@@ -302,6 +302,9 @@ Result<bool> GoTypes::Walk() {
     if (!desc) continue;
     switch (type->kind) {
       case GoKind::kPointer:
+        pointer_to_.emplace(Le(*desc, 48, kPtr), vaddr);
+        push(Le(*desc, 48, kPtr));
+        break;
       case GoKind::kSlice:
       case GoKind::kArray:
       case GoKind::kChan:
@@ -350,6 +353,30 @@ Result<bool> GoTypes::Walk() {
   }
   if (named_.empty()) return Error{"no named type descriptors found from moduledata"};
   return true;
+}
+
+std::optional<GoType> GoTypes::FindNamedSuffix(std::string_view suffix) const {
+  std::optional<GoType> found;
+  for (const auto& [name, vaddr] : named_) {
+    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    size_t before = name.size() - suffix.size();
+    if (before != 0 && name[before - 1] != '/') continue;
+    if (found) return std::nullopt;  // ambiguous
+    auto type = Describe(vaddr);
+    if (!type) return std::nullopt;
+    found = *type;
+  }
+  return found;
+}
+
+std::optional<GoType> GoTypes::PointerTo(const GoType& type) const {
+  auto it = pointer_to_.find(type.vaddr);
+  if (it == pointer_to_.end()) return std::nullopt;
+  auto ptr = Describe(it->second);
+  if (!ptr) return std::nullopt;
+  return *ptr;
 }
 
 std::vector<std::string> GoTypes::NamedTypes() const {

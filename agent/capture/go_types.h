@@ -86,6 +86,13 @@ class GoTypes {
 
   // A named type by its package path and name: "golang.org/x/net/http2.serverConn".
   std::optional<GoType> FindNamed(std::string_view qualified_name) const;
+  // The one named type whose qualified name ends in `suffix` after a '/' or at the start:
+  // "etcdserverpb.RangeRequest" finds go.etcd.io/etcd/api/v3/etcdserverpb.RangeRequest (module
+  // builds) and go.etcd.io/etcd/api/etcdserverpb.RangeRequest (GOPATH builds). nullopt when
+  // none, or when more than one match.
+  std::optional<GoType> FindNamedSuffix(std::string_view suffix) const;
+  // The pointer type *T of a type T, when the binary has one (an interface holding a *T has).
+  std::optional<GoType> PointerTo(const GoType& type) const;
   // The fields of a struct type.
   Result<std::vector<GoStructField>> StructFields(const GoType& type) const;
   // The element type of a pointer, slice, array or chan.
@@ -116,6 +123,7 @@ class GoTypes {
   int go_minor_;
   size_t visited_ = 0;
   std::unordered_map<std::string, uint64_t> named_;  // qualified name -> descriptor vaddr
+  std::unordered_map<uint64_t, uint64_t> pointer_to_;  // T's descriptor -> *T's
 };
 
 }  // namespace stormwatch

@@ -129,9 +129,65 @@ Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
   return handle;
 }
 
+Result<uint32_t> GoHttpProbes::TakeSlot(Attachment& a) {
+  uint32_t slot = 0;
+  while (slot < kMaxSlots && slot_used_[slot]) ++slot;
+  if (slot == kMaxSlots) return Error{"all " + std::to_string(kMaxSlots) + " probe slots in use"};
+  slot_used_[slot] = true;
+  a.slots.push_back(slot);
+  return slot;
+}
+
+Result<uint32_t> GoHttpProbes::AttachGrpc(pid_t pid, const std::string& binary_path,
+                                          const GrpcProbeSites& sites) {
+  ReleaseDetachedSlots();
+  Attachment a;
+  auto fail = [&](std::string why) -> Result<uint32_t> {
+    for (bpf_link* l : a.links) bpf_link__destroy(l);
+    for (const sw_grpc_message_key& k : a.message_keys) {
+      bpf_map__delete_elem(skel_->maps.grpc_messages, &k, sizeof(k), 0);
+    }
+    for (uint32_t s : a.slots) slot_used_[s] = false;
+    return Error{std::move(why)};
+  };
+  auto slot = TakeSlot(a);
+  if (!slot) return fail(slot.error());
+  if (bpf_map__update_elem(skel_->maps.grpc_offsets, &*slot, sizeof(*slot), &sites.offsets,
+                           sizeof(sites.offsets), BPF_ANY)) {
+    return fail(std::string("writing gRPC offsets: ") + std::strerror(errno));
+  }
+  for (const auto& [type, shape] : sites.messages) {
+    sw_grpc_message_key k{.slot = *slot, .pad = 0, .type = type};
+    if (bpf_map__update_elem(skel_->maps.grpc_messages, &k, sizeof(k), &shape, sizeof(shape), BPF_ANY)) {
+      return fail(std::string("writing gRPC message types: ") + std::strerror(errno));
+    }
+    a.message_keys.push_back(k);
+  }
+  bool ok = AttachUprobe(a, skel_->progs.grpc_unary_enter, pid, binary_path, sites.unary_entry, *slot) &&
+            AttachUprobe(a, skel_->progs.grpc_stream_enter, pid, binary_path, sites.stream_entry, *slot);
+  for (uint64_t ret : sites.unary_returns) {
+    ok = ok && AttachUprobe(a, skel_->progs.grpc_unary_return, pid, binary_path, {ret, 0}, *slot);
+  }
+  for (uint64_t ret : sites.stream_returns) {
+    ok = ok && AttachUprobe(a, skel_->progs.grpc_stream_return, pid, binary_path, {ret, 0}, *slot);
+  }
+  if (!ok) {
+    int err = errno;
+    return fail("attaching gRPC uprobes to " + binary_path + " (pid " + std::to_string(pid) +
+                "): " + std::strerror(err));
+  }
+  attachments_[*slot] = std::move(a);
+  return *slot;
+}
+
 void GoHttpProbes::Detach(uint32_t handle) {
   auto it = attachments_.find(handle);
   if (it == attachments_.end()) return;
+  // Removed now: the slot is not reused before its links are gone, and a stale entry would
+  // only make a gone target's last calls copy a message.
+  for (const sw_grpc_message_key& k : it->second.message_keys) {
+    bpf_map__delete_elem(skel_->maps.grpc_messages, &k, sizeof(k), 0);
+  }
   {
     std::lock_guard lock(detach_mutex_);
     detaching_links_ += it->second.links.size();
@@ -193,9 +249,10 @@ DropCounts GoHttpProbes::ReadDrops() const {
 }
 
 const char* GoHttpProbes::ProbeName(size_t i) {
-  static const char* kNames[kProbeCount] = {"http2_process_headers", "http2_handler_done",
-                                            "http1_read_enter",      "http1_read_return",
-                                            "http1_write",           "http1_close"};
+  static const char* kNames[kProbeCount] = {
+      "http2_process_headers", "http2_handler_done", "http1_read_enter",   "http1_read_return",
+      "http1_write",           "http1_close",        "grpc_unary_enter",   "grpc_unary_return",
+      "grpc_stream_enter",     "grpc_stream_return"};
   return i < kProbeCount ? kNames[i] : "unknown";
 }
 

@@ -44,6 +44,17 @@ struct Http1ProbeSites {
   EntryProbeSite close_entry;                 // (*conn).close
 };
 
+// etcd's gRPC server: go-grpc-prometheus's interceptor closures (bpf/grpc_server.bpf.h).
+struct GrpcProbeSites {
+  EntryProbeSite unary_entry;
+  std::vector<uint64_t> unary_returns;
+  EntryProbeSite stream_entry;
+  std::vector<uint64_t> stream_returns;
+  sw_grpc_offsets offsets{};  // type addresses as the target has them mapped (load bias added)
+  // The messages the programs copy: runtime address of *T's descriptor -> what to copy.
+  std::vector<std::pair<uint64_t, sw_grpc_message>> messages;
+};
+
 struct DropCounts {
   std::array<uint64_t, SW_DROP_CAUSE_COUNT> by_cause{};
 };
@@ -67,6 +78,9 @@ class GoHttpProbes {
   Result<uint32_t> Attach(pid_t pid, const std::string& binary_path,
                           const std::vector<GoHttp2ProbeSites>& stacks,
                           const std::optional<Http1ProbeSites>& http1 = std::nullopt);
+  // Attaches the gRPC interceptor probes of an etcd target (instead of its HTTP/2 ones: the
+  // interceptor sees every call with its decoded messages, within the same 2 hits).
+  Result<uint32_t> AttachGrpc(pid_t pid, const std::string& binary_path, const GrpcProbeSites& sites);
   // Removes the target's probes. Destroying a uprobe link waits for the kernel to retire the
   // probe (about 90 ms each here: a second for one target's 11), so the links are destroyed on
   // a thread of their own and the ring buffer keeps being drained while a target goes away.
@@ -84,8 +98,9 @@ class GoHttpProbes {
   int Consume();
 
   DropCounts ReadDrops() const;
-  // Probe hits: processHeaders, handlerDone, HTTP/1.1 read entry, read return, write, close.
-  static constexpr size_t kProbeCount = 6;
+  // Probe hits: processHeaders, handlerDone, HTTP/1.1 read entry, read return, write, close;
+  // etcd's gRPC unary entry, unary return, stream entry, stream return.
+  static constexpr size_t kProbeCount = 10;
   static const char* ProbeName(size_t i);
   std::array<uint64_t, kProbeCount> ReadHits() const;
 
@@ -106,7 +121,9 @@ class GoHttpProbes {
   struct Attachment {
     std::vector<uint32_t> slots;  // one offsets slot per stack
     std::vector<bpf_link*> links;
+    std::vector<sw_grpc_message_key> message_keys;  // etcd: its entries in grpc_messages
   };
+  Result<uint32_t> TakeSlot(Attachment& a);
   std::map<uint32_t, Attachment> attachments_;  // handle (first slot) -> attachment
   std::vector<bool> slot_used_;
 

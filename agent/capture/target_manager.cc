@@ -1,7 +1,9 @@
 #include "agent/capture/target_manager.h"
 
 #include <algorithm>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "agent/capture/client_cert_reader.h"
@@ -83,6 +85,7 @@ TargetStatus TargetManager::Attach(const TargetProcess& process) {
   s.etcd = plan.etcd;
   s.gap = plan.gap;
   if (plan.failure != AttachFailure::kNone) return s;
+  if (plan.grpc) return AttachGrpc(process, plan, std::move(s));
   if (!plan.sites.empty()) s.layout = plan.sites.front().offsets;
   auto slot = probes_->Attach(process.pid, process.exe_path, plan.sites, plan.http1);
   if (!slot) {
@@ -92,6 +95,62 @@ TargetStatus TargetManager::Attach(const TargetProcess& process) {
   }
   s.attached = true;
   s.slot = *slot;
+  return s;
+}
+
+namespace {
+// Where the kernel mapped the executable: 0 for a fixed-address (ET_EXEC) binary, the ASLR
+// offset for a PIE. From the mapping of the file's first page in /proc/PID/maps.
+std::optional<uint64_t> LoadBias(const TargetProcess& p, uint64_t first_load_vaddr) {
+  std::ifstream maps("/proc/" + std::to_string(p.pid) + "/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream in(line);
+    std::string range, perms, offset, dev;
+    uint64_t inode = 0;
+    if (!(in >> range >> perms >> offset >> dev >> inode)) continue;
+    if (inode != p.inode || std::stoull(offset, nullptr, 16) != 0) continue;
+    uint64_t start = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
+    return start - (first_load_vaddr & ~uint64_t{0xfff});
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+TargetStatus TargetManager::AttachGrpc(const TargetProcess& process, const GoHttp2ProbePlan& plan,
+                                       TargetStatus s) {
+  auto bias = LoadBias(process, plan.first_load_vaddr);
+  if (!bias) {
+    s.problem = "the executable's mapping is not in /proc/" + std::to_string(process.pid) + "/maps";
+    s.failure = AttachFailure::kAttachFailed;
+    return s;
+  }
+  GrpcProbeSites sites = plan.grpc->sites;
+  auto relocate = [&](__u64& vaddr) {
+    if (vaddr) vaddr += *bias;
+  };
+  relocate(sites.offsets.value_ctx_type);
+  relocate(sites.offsets.peer_key_type);
+  relocate(sites.offsets.status_error_type);
+  auto messages = std::make_shared<EtcdMessageTypes>();
+  messages->fields = plan.grpc->layout.fields;
+  for (const EtcdMessageShape& m : plan.grpc->layout.messages) {
+    sites.messages.emplace_back(m.type_vaddr + *bias, m.shape);
+    messages->by_type[m.type_vaddr + *bias] = m.message;
+  }
+  auto slot = probes_->AttachGrpc(process.pid, process.exe_path, sites);
+  if (!slot) {
+    s.problem = slot.error();
+    s.failure = AttachFailure::kAttachFailed;
+    return s;
+  }
+  s.attached = true;
+  s.slot = *slot;
+  s.etcd_messages = std::move(messages);
+  // The certificate reader needs only to know that certificates are read (DER addresses come
+  // with each call).
+  s.layout.tls_peer_certificates = sites.offsets.tls_info_peer_certificates;
+  s.layout.x509_raw = sites.offsets.x509_raw;
   return s;
 }
 
@@ -109,6 +168,7 @@ const char* AttachFailureName(AttachFailure failure) {
 }
 
 std::string GoHttp2ProbePlan::stack_names() const {
+  if (grpc) return "grpc";
   std::string out;
   for (const Http2Stack* st : stacks) out += (out.empty() ? "" : ",") + st->name;
   return out;
@@ -185,6 +245,52 @@ bool HasEtcdServer(const GoBinary& binary) {
 }
 }  // namespace
 
+namespace {
+constexpr int32_t kGrpcInterceptorArgs = 16 + 16 + 8 + 8;  // (ctx|srv, req|ss, info, handler)
+
+// etcd's gRPC calls at go-grpc-prometheus's interceptors. nullopt (with `why`) when the
+// closures or the fields are not there: etcd is then captured at its HTTP/2 server, per method.
+std::optional<GoHttp2ProbePlan::Grpc> PlanGrpcProbes(const GoBinary& binary, const GoTypes& types,
+                                                     std::string* why) {
+  auto unary = binary.FindFunction(kGrpcUnaryInterceptor);
+  auto stream = binary.FindFunction(kGrpcStreamInterceptor);
+  if (!unary || !stream) {
+    *why = "go-grpc-prometheus's server interceptors not found";
+    return std::nullopt;
+  }
+  for (const GoFunction* fn : {&*unary, &*stream}) {
+    if (std::string shape = CheckFunctionShape(*fn, kGrpcInterceptorArgs, "an interceptor (ctx, req, info, handler)");
+        !shape.empty()) {
+      *why = shape;
+      return std::nullopt;
+    }
+  }
+  LayoutGap gap;
+  auto layout = DeriveEtcdLayout(types, &gap);
+  if (!layout) {
+    *why = layout.error();
+    return std::nullopt;
+  }
+  auto unary_entry = binary.EntryProbeSiteOf(*unary);
+  auto unary_returns = binary.ReturnInstructionOffsets(*unary);
+  auto stream_entry = binary.EntryProbeSiteOf(*stream);
+  auto stream_returns = binary.ReturnInstructionOffsets(*stream);
+  if (!unary_entry || !unary_returns || unary_returns->empty() || !stream_entry || !stream_returns ||
+      stream_returns->empty()) {
+    *why = "cannot place the interceptor probes";
+    return std::nullopt;
+  }
+  GoHttp2ProbePlan::Grpc g;
+  g.sites.unary_entry = *unary_entry;
+  g.sites.unary_returns = *unary_returns;
+  g.sites.stream_entry = *stream_entry;
+  g.sites.stream_returns = *stream_returns;
+  g.sites.offsets = layout->offsets;
+  g.layout = std::move(*layout);
+  return g;
+}
+}  // namespace
+
 GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
   GoHttp2ProbePlan plan;
   const GoBuildInfo& info = binary.build_info();
@@ -197,12 +303,35 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
     plan.grpc_version = grpc->effective_version();
   }
   plan.etcd = HasEtcdServer(binary);
+  for (const ElfSegment& seg : binary.elf().segments()) {
+    if (seg.type == 1 /* PT_LOAD */) {
+      plan.first_load_vaddr = seg.vaddr;
+      break;
+    }
+  }
   auto fail = [&](AttachFailure f, std::string why) {
     plan.failure = f;
     plan.problem = std::move(why);
     plan.sites.clear();
     return plan;
   };
+  std::string grpc_caveat;
+  if (plan.etcd) {
+    auto types = binary.types();
+    if (types) {
+      plan.type_count = (*types)->type_count();
+      plan.grpc = PlanGrpcProbes(binary, **types, &grpc_caveat);
+    } else {
+      grpc_caveat = "Go type data unreadable: " + types.error();
+    }
+    if (plan.grpc) {
+      for (const std::string& c : plan.grpc->layout.caveats) {
+        plan.problem += (plan.problem.empty() ? "" : "; ") + c;
+      }
+      return plan;
+    }
+    grpc_caveat = "etcd calls counted per method only (" + grpc_caveat + ")";
+  }
 
   struct Found {
     const Http2Stack* stack;
@@ -254,6 +383,7 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
       if (std::find(caveats.begin(), caveats.end(), c) == caveats.end()) caveats.push_back(c);
     }
   }
+  if (!grpc_caveat.empty()) caveats.push_back(grpc_caveat);
   for (const std::string& c : caveats) plan.problem += (plan.problem.empty() ? "" : "; ") + c;
   if (http1_fields) plan.http1 = PlanHttp1Probes(binary, &plan.problem);
   return plan;

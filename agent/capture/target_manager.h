@@ -7,10 +7,12 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "agent/capture/etcd_layout.h"
 #include "agent/capture/go_layout.h"
 #include "agent/capture/gohttp_probes.h"
 #include "agent/capture/target_discovery.h"
@@ -48,6 +50,8 @@ struct TargetStatus {
   AttachFailure failure = AttachFailure::kNone;  // machine-readable: kNone iff attached
   LayoutGap gap;        // kMissingField: which type and field
   sw_go_offsets layout{};  // the layout of its first stack (user-space readers of its memory)
+  // etcd attached at its gRPC interceptor: its message types (runtime addresses), for decoding.
+  std::shared_ptr<const EtcdMessageTypes> etcd_messages;
 };
 
 // What would be attached to one Go binary, decided from the file alone (no BPF, no
@@ -67,7 +71,15 @@ struct GoHttp2ProbePlan {
   std::string problem;                      // the refusal, or the caveats
   LayoutGap gap;                            // kMissingField: the type and field
   size_t type_count = 0;                    // type descriptors read
-  std::string stack_names() const;          // "x/net,std"
+  // etcd: go-grpc-prometheus's interceptors, attached instead of the HTTP/2 stacks when found
+  // (sites with file addresses; the attach adds the load bias).
+  struct Grpc {
+    GrpcProbeSites sites;
+    EtcdLayout layout;
+  };
+  std::optional<Grpc> grpc;
+  uint64_t first_load_vaddr = 0;            // of the first PT_LOAD, for the load bias
+  std::string stack_names() const;          // "x/net,std"; "grpc" for the interceptor
 };
 GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary);
 
@@ -99,6 +111,7 @@ class TargetManager {
 
  private:
   TargetStatus Attach(const TargetProcess& process);
+  TargetStatus AttachGrpc(const TargetProcess& process, const GoHttp2ProbePlan& plan, TargetStatus s);
   void Remove(std::map<pid_t, TargetStatus>::iterator it);
 
   GoHttpProbes* probes_;

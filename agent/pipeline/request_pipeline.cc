@@ -9,6 +9,7 @@
 #include "agent/analysis/relist_churn_detector.h"
 #include "agent/analysis/stuck_finalizers_detector.h"
 #include "agent/analysis/throttled_client_detector.h"
+#include "agent/kube/etcd_keys.h"
 #include "agent/kube/identity.h"
 #include "agent/kube/object_facts.h"
 #include "agent/kube/metric_labels.h"
@@ -51,6 +52,7 @@ RequestPipeline::RequestPipeline(PrometheusExporter* exporter, const DetectorsCo
                         std::string_view ua) { return Resolve(c, a, ua); },
                  limits),
       http1_([this](const Http1Exchange& x) { OnHttp1Exchange(x); }),
+      grpc_([this](EtcdRequest& r) { OnEtcdCall(r); }),
       apf_(std::move(apf)),
       on_transition_(std::move(on_transition)) {
   detectors_.push_back(
@@ -108,6 +110,17 @@ void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
   if (bytes.size() >= sizeof(uint32_t)) {
     uint32_t type;
     std::memcpy(&type, bytes.data(), sizeof(type));
+    if (type == SW_EV_GRPC_CALL || type == SW_EV_GRPC_DONE) {
+      auto grpc = DecodeGrpcEvent(bytes);
+      if (!grpc) {
+        ++stats_.decode_errors;
+      } else if (auto* call = std::get_if<GrpcCallEvent>(&*grpc)) {
+        grpc_.OnCall(std::move(*call));
+      } else {
+        grpc_.OnDone(std::get<GrpcDoneEvent>(*grpc));
+      }
+      return;
+    }
     if (type == SW_EV_TLS_DATA || type == SW_EV_TLS_CLOSE) {
       auto tls = DecodeTlsEvent(bytes);
       if (!tls) {
@@ -188,15 +201,61 @@ std::string GrpcMethodLabel(const std::string& path) {
 }
 }  // namespace
 
-void RequestPipeline::OnEtcdRequest(const RequestRecord& r) {
-  exporter_->CountEtcdRequest(GrpcMethodLabel(r.path), std::to_string(r.status));
+const std::string& RequestPipeline::EtcdResource(const EtcdKey& key) {
+  static const std::string kOther = "other";
+  // Resources are the cluster's API (built-ins and CRDs); keys under /registry that name more
+  // than this many are folded, since anyone with etcd credentials can write any key.
+  constexpr size_t kMaxEtcdResources = 512;
+  std::string label = EtcdResourceLabel(key);
+  if (auto it = etcd_resources_.find(label); it != etcd_resources_.end()) return *it;
+  if (etcd_resources_.size() >= kMaxEtcdResources) return kOther;
+  return *etcd_resources_.insert(std::move(label)).first;
+}
+
+void RequestPipeline::OnEtcdCall(EtcdRequest& r) {
+  ++stats_.etcd_calls;
+  const bool had_key = !r.key.empty();
+  if (had_key) r.decoded = DecodeEtcdKey(r.key, r.range_end, r.key_truncated);
+  // Keys name objects: from here on only their decoded resource travels.
+  std::string().swap(r.key);
+  std::string().swap(r.range_end);
+  if (connections_.identity && r.connection.client_cert_der != 0) {
+    if (std::optional<Identity> cert = connections_.identity(r.connection)) r.identity = std::move(*cert);
+  }
+  const std::string client = ClientLabel(r.identity);
+  const std::string method = GrpcMethodLabel(r.method);
+  static const std::string kNoKey;
+  const bool keyed = r.request == EtcdMessage::kRangeRequest || r.request == EtcdMessage::kPutRequest ||
+                     r.request == EtcdMessage::kDeleteRangeRequest || r.request == EtcdMessage::kTxnRequest;
+  // Calls without a key (leases, compaction, status, watches) have resource="".
+  const std::string& resource = keyed ? EtcdResource(r.decoded) : kNoKey;
+  exporter_->CountEtcdRequest(method, resource, client, GrpcCodeName(r.code));
+  if (r.request == EtcdMessage::kRangeRequest && r.kvs >= 0) {
+    exporter_->CountEtcdRange(resource, client, static_cast<uint64_t>(r.kvs), r.kv_bytes);
+  }
+  if (!r.stream && r.end_ns >= r.start_ns) {
+    exporter_->ObserveEtcdDuration(method, resource, (r.end_ns - r.start_ns) / 1e9);
+  }
   if (etcd_range_) etcd_range_->ObserveEtcd(r, static_cast<int64_t>(r.end_ns));
+}
+
+void RequestPipeline::OnEtcdHttp2Request(const RequestRecord& r) {
+  // Without the interceptor probes: the method from the HTTP/2 path, the HTTP status as code.
+  EtcdRequest e;
+  e.pid = r.pid;
+  e.start_ns = r.start_ns;
+  e.end_ns = r.end_ns;
+  e.method = r.path;
+  e.identity = r.identity;
+  exporter_->CountEtcdRequest(GrpcMethodLabel(r.path), "other", ClientLabel(r.identity),
+                              std::to_string(r.status));
+  if (etcd_range_) etcd_range_->ObserveEtcd(e, static_cast<int64_t>(r.end_ns));
 }
 
 void RequestPipeline::OnRequest(RequestRecord& r) {
   ++stats_.requests;
   if (auto role = roles_.find(r.pid); role != roles_.end() && role->second == TargetRole::kEtcd) {
-    OnEtcdRequest(r);
+    OnEtcdHttp2Request(r);
     return;
   }
   r.info = ParseRequestInfo(r.method, r.path);
@@ -286,6 +345,9 @@ void RequestPipeline::Tick(int64_t now_ns) {
   exporter_->SetCaptureLoss("http1_request_without_response", h1.requests_without_response);
   exporter_->SetCaptureLoss("http1_connection_evicted", h1.connections_evicted);
   exporter_->SetCaptureLoss("http1_joined_mid_response", h1.joined_mid_response);
+  const GrpcCallStats& g = grpc_.stats();
+  exporter_->SetCaptureLoss("grpc_return_without_call", g.returns_without_call);
+  exporter_->SetCaptureLoss("grpc_call_evicted", g.calls_evicted);
   PublishDetectorState(now_ns);
 }
 

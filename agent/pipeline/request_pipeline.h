@@ -11,14 +11,17 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/storm.h"
 #include "agent/capture/connection_ends.h"
 #include "agent/kube/apf_names.h"
+#include "agent/core/etcd_request.h"
 #include "agent/core/request_record.h"
 #include "agent/pipeline/client_peers.h"
+#include "agent/protocol/grpc_calls.h"
 #include "agent/protocol/http1_stream.h"
 #include "agent/protocol/request_assembler.h"
 #include "exporters/prometheus_exporter.h"
@@ -49,6 +52,7 @@ struct PipelineStats {
   uint64_t events = 0;
   uint64_t decode_errors = 0;
   uint64_t requests = 0;
+  uint64_t etcd_calls = 0;  // joined gRPC calls of etcd targets
 };
 
 // What a traced process is: its requests mean different things. kube-apiserver's requests are
@@ -90,15 +94,21 @@ class RequestPipeline {
   // Once a second: expire stale requests, run detectors, publish loss counters.
   void Tick(int64_t now_ns);
   void SetTargetRole(uint32_t tgid, TargetRole role) { roles_[tgid] = role; }
+  // An etcd target attached at its gRPC interceptor: how to read its messages.
+  void SetEtcdMessageTypes(uint32_t tgid, std::shared_ptr<const EtcdMessageTypes> types) {
+    grpc_.SetMessageTypes(tgid, std::move(types));
+  }
   void ForgetProcess(uint32_t tgid) {
     assembler_.ForgetProcess(tgid);
     http1_.ForgetProcess(tgid);
+    grpc_.ForgetProcess(tgid);
     roles_.erase(tgid);
   }
 
   const PipelineStats& stats() const { return stats_; }
   const RequestAssembler& assembler() const { return assembler_; }
   const Http1Connections& http1() const { return http1_; }
+  const GrpcCalls& grpc() const { return grpc_; }
   const std::vector<std::unique_ptr<StormDetector>>& detectors() const { return detectors_; }
   // The busiest clients with the peer IPs they connect from (/debug/clients).
   nlohmann::json ClientsSnapshot(int64_t now_ns) const { return peers_.Snapshot(now_ns); }
@@ -110,7 +120,12 @@ class RequestPipeline {
   void PublishDetectorState(int64_t now_ns);
   Identity Resolve(const RequestConnection& connection, std::string_view authorization,
                    std::string_view user_agent);
-  void OnEtcdRequest(const RequestRecord& r);
+  // etcd's calls: from its gRPC interceptor (OnEtcdCall), or, where that was not found, from
+  // its HTTP/2 server (OnEtcdHttp2Request: method and HTTP status only).
+  void OnEtcdCall(EtcdRequest& r);
+  void OnEtcdHttp2Request(const RequestRecord& r);
+  // The resource label of an etcd key, from a bounded vocabulary (keys are client-chosen).
+  const std::string& EtcdResource(const EtcdKey& key);
 
   PrometheusExporter* exporter_;
   IdentityCache identities_;
@@ -118,6 +133,8 @@ class RequestPipeline {
   ClientPeers peers_;
   RequestAssembler assembler_;
   Http1Connections http1_;
+  GrpcCalls grpc_;
+  std::unordered_set<std::string> etcd_resources_;
   ApfNaming apf_;
   std::vector<std::unique_ptr<StormDetector>> detectors_;  // one per enabled storm
   ExemptClientDetector* exempt_ = nullptr;      // in detectors_, when enabled

@@ -1,0 +1,104 @@
+// etcd's gRPC calls from the interceptor events of bpf/grpc_server.bpf.h: decoded (pure: bytes
+// in, an event or an error out, no length trusted) and joined entry to return per (process,
+// goroutine): the interceptor runs a call on one goroutine from entry to return, and a
+// goroutine runs one call at a time. The messages' Go structs are read through the target's
+// EtcdMessageTypes (agent/capture/etcd_layout.h). Bounded: at most `max_pending` calls wait
+// for their return (a stream waits as long as it is open); the oldest are dropped first and
+// counted.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <variant>
+
+#include "agent/core/etcd_request.h"
+#include "agent/core/result.h"
+
+namespace stormwatch {
+
+struct GrpcCallEvent {
+  uint32_t tgid = 0;
+  uint64_t goroutine = 0;
+  uint64_t ts_ns = 0;
+  bool stream = false;
+  std::string method;
+  uint64_t msg_type = 0;
+  std::string msg;            // the request struct's bytes
+  std::string key, range_end;
+  uint32_t key_total = 0, end_total = 0;
+  std::string peer_address;
+  uint64_t client_cert_der = 0;
+  uint32_t client_cert_der_len = 0;
+};
+
+struct GrpcDoneEvent {
+  uint32_t tgid = 0;
+  uint64_t goroutine = 0;
+  uint64_t ts_ns = 0;
+  bool stream = false;
+  int code = -1;
+  uint64_t msg_type = 0;
+  std::string msg;            // the response struct's bytes
+  uint32_t kvs_read = 0;
+  uint64_t kv_bytes = 0;
+};
+
+using GrpcEvent = std::variant<GrpcCallEvent, GrpcDoneEvent>;
+Result<GrpcEvent> DecodeGrpcEvent(std::span<const uint8_t> bytes);
+
+struct GrpcCallStats {
+  uint64_t calls = 0;                 // joined, emitted
+  uint64_t returns_without_call = 0;  // a return whose entry was not seen (agent started mid-call)
+  uint64_t calls_evicted = 0;         // pending calls dropped to stay within max_pending
+};
+
+class GrpcCalls {
+ public:
+  using Sink = std::function<void(EtcdRequest&)>;
+  explicit GrpcCalls(Sink sink, size_t max_pending = 65536)
+      : sink_(std::move(sink)), max_pending_(max_pending) {}
+
+  // The message types of an etcd process (its messages are not decoded without).
+  void SetMessageTypes(uint32_t tgid, std::shared_ptr<const EtcdMessageTypes> types) {
+    types_[tgid] = std::move(types);
+  }
+  void ForgetProcess(uint32_t tgid);
+
+  void OnCall(GrpcCallEvent call);
+  void OnDone(const GrpcDoneEvent& done);
+
+  const GrpcCallStats& stats() const { return stats_; }
+  size_t pending() const { return pending_.size(); }
+
+ private:
+  struct Key {
+    uint32_t tgid;
+    uint64_t goroutine;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return std::hash<uint64_t>()(k.goroutine * 31 + k.tgid); }
+  };
+  using Pending = std::list<std::pair<Key, GrpcCallEvent>>;
+
+  Sink sink_;
+  size_t max_pending_;
+  Pending order_;  // oldest first
+  std::unordered_map<Key, Pending::iterator, KeyHash> pending_;
+  std::unordered_map<uint32_t, std::shared_ptr<const EtcdMessageTypes>> types_;
+  GrpcCallStats stats_;
+};
+
+// Fills the request facts of `r` from a RangeRequest/... struct copy, and the response facts
+// from a RangeResponse/TxnResponse copy (exposed for tests).
+void DecodeEtcdRequestMessage(const EtcdMessageTypes& types, uint64_t msg_type, std::string_view msg,
+                              EtcdRequest* r);
+void DecodeEtcdResponseMessage(const EtcdMessageTypes& types, uint64_t msg_type, std::string_view msg,
+                               uint32_t kvs_read, uint64_t kv_bytes, EtcdRequest* r);
+
+}  // namespace stormwatch
