@@ -147,6 +147,18 @@ Result<EtcdLayout> DeriveEtcdLayout(const GoTypes& types, LayoutGap* gap) {
     if (gap) *gap = d.gap();
     return Error{"etcd gRPC layout: " + d.gap().message};
   }
+  // The BPF program copies the first SW_GRPC_MSG_MAX (request) or SW_GRPC_RESP_MAX (response)
+  // bytes of a message struct: a fact beyond them is not read.
+  for (int* at : {&f.range_limit, &f.range_revision, &f.range_serializable, &f.range_keys_only,
+                  &f.range_count_only, &f.compact_revision, &f.lease_grant_ttl}) {
+    if (*at + 8 > SW_GRPC_MSG_MAX) *at = -1;
+  }
+  for (int* at : {&f.range_resp_kvs, &f.range_resp_more, &f.range_resp_count, &f.txn_resp_succeeded}) {
+    if (*at + 8 > SW_GRPC_RESP_MAX) *at = -1;
+  }
+  if (f.range_limit < 0 || f.range_count_only < 0 || f.range_resp_count < 0 || f.range_resp_kvs < 0) {
+    layout.caveats.push_back("etcd Range facts lie beyond the bytes copied of the message");
+  }
   // The BPF program reads a Txn op's request at +0 of its oneof wrapper: Range, Put and
   // DeleteRange requests must start with their Key.
   if (range_key != 0 || put_key != 0 || del_key != 0) {

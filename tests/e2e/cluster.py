@@ -279,6 +279,17 @@ class Cluster:
         with urllib.request.urlopen(self.etcd_url + "/metrics", context=ctx, timeout=10) as r:
             return r.read().decode()
 
+    def etcdctl(self, *args, cert=None, key=None, timeout=30):
+        """Runs etcdctl (v3 API) against the cluster's etcd over TLS, as the client whose
+        certificate is given (the apiserver's by default)."""
+        pki = self._path("pki")
+        cert = cert or f"{pki}/apiserver-etcd-client.crt"
+        key = key or f"{pki}/apiserver-etcd-client.key"
+        argv = ["etcdctl", "--endpoints", self.etcd_url, "--cacert", self.ca_file, "--cert", cert,
+                "--key", key, *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "ETCDCTL_API": "3"})
+
     # ---- apiserver ----
 
     def _start_apiserver(self):

@@ -6,11 +6,21 @@ runs etcd, and the test API server in front of it:
   - the agent attaches to etcd by --pid, its layout derived from the binary's type data, and
     knows it is etcd by its code: the binary runs under the name "db-server" here, and its
     gRPC requests still go to stormwatch_etcd_requests_total, never to the API server's series;
-  - per unary gRPC method, the agent's stormwatch_etcd_requests_total delta equals etcd's own
-    grpc_server_handled_total delta over the same traffic (kubectl creates, reads, lists,
-    updates and deletes through the API server), exactly; the test's scrapes of etcd's /metrics
-    are seen as non-gRPC requests ("other").
+  - it is attached at go-grpc-prometheus's interceptor (stack "grpc"): 2 probe hits per unary
+    call, as many entries as returns;
+  - per unary gRPC method and code, the agent's stormwatch_etcd_requests_total delta equals
+    etcd's own grpc_server_handled_total delta over the same traffic (kubectl creates, reads,
+    lists, updates and deletes through the API server, and errors: a Range at a future
+    revision is OutOfRange), exactly, and every call of the API server is credited to its
+    etcd client certificate (CN=kube-apiserver-etcd-client);
+  - the keys are decoded to resources: one Txn per configmap write (11) and namespace create
+    (1), exactly;
+  - a client talking to etcd directly (etcdctl with its own certificate, CN=etcd-debug-user)
+    is named, and what its Ranges returned is exact: keys and key + value bytes as etcdctl's
+    own JSON output counts them, for a prefix read, a paginated read and a count-only read.
 """
+import base64
+import json
 import os
 import sys
 import time
@@ -29,23 +39,38 @@ ETCD_BUILDS = {
 }
 
 
+APISERVER_CN = "kube-apiserver-etcd-client"
+DEBUG_CN = "etcd-debug-user"
+
+
 def etcd_unary_counts(text):
-    """etcd's grpc_server_handled_total for unary calls: {"/service/Method": count}, and the codes."""
-    counts, codes = {}, set()
+    """etcd's grpc_server_handled_total for unary calls: {("/service/Method", code): count}."""
+    counts = {}
     for name, labels, value in parse_metrics(text):
         if name == "grpc_server_handled_total" and labels.get("grpc_type") == "unary" and value:
-            key = "/%s/%s" % (labels["grpc_service"], labels["grpc_method"])
+            key = ("/%s/%s" % (labels["grpc_service"], labels["grpc_method"]), labels["grpc_code"])
             counts[key] = counts.get(key, 0) + int(value)
-            codes.add(labels["grpc_code"])
-    return counts, codes
+    return counts
 
 
-def agent_etcd_counts(agent):
-    counts = {}
+def agent_etcd_series(agent):
+    """stormwatch_etcd_requests_total and the Range keys/bytes, by their labels."""
+    calls, keys, bytes_ = {}, {}, {}
     for name, labels, value in agent.metrics():
         if name == "stormwatch_etcd_requests_total" and value:
-            counts[labels["method"]] = counts.get(labels["method"], 0) + int(value)
-    return counts
+            calls[(labels["method"], labels["code"], labels["client"], labels["resource"])] = int(value)
+        elif name == "stormwatch_etcd_range_keys_total" and value:
+            keys[(labels["client"], labels["resource"])] = int(value)
+        elif name == "stormwatch_etcd_range_bytes_total" and value:
+            bytes_[(labels["client"], labels["resource"])] = int(value)
+    return calls, keys, bytes_
+
+
+def by_method_code(calls):
+    out = {}
+    for (method, code, client, resource), n in calls.items():
+        out[(method, code)] = out.get((method, code), 0) + n
+    return out
 
 
 def delta(after, before):
@@ -72,22 +97,22 @@ class EtcdMatrix(unittest.TestCase):
         self.assertTrue(etcd_info["go_version"].startswith(go + "."), etcd_info)
         self.assertEqual(info[str(c.apiserver_pid)]["role"], "apiserver")
 
+        self.assertEqual(etcd_info["stack"], "grpc", etcd_info)
+
         def snapshot():
             """etcd's counts and the agent's, back to back, once both stand still."""
             last = None
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
-                theirs, codes = etcd_unary_counts(c.etcd_metrics())
-                ours = agent_etcd_counts(agent)
-                now = (theirs, ours)
+                now = (etcd_unary_counts(c.etcd_metrics()), agent_etcd_series(agent))
                 if now == last:
-                    return theirs, ours, codes
+                    return now
                 last = now
                 time.sleep(0.5)
-            return last[0], last[1], codes
+            return last
 
         time.sleep(1)
-        etcd_before, agent_before, _ = snapshot()
+        etcd_before, (calls_before, keys_before, bytes_before) = snapshot()
         commands = [("create", "namespace", "etcd-matrix")]
         for i in range(5):
             commands += [("create", "configmap", "cm-%d" % i, "-n", "etcd-matrix", "--from-literal=k=v%d" % i),
@@ -98,21 +123,59 @@ class EtcdMatrix(unittest.TestCase):
         for cmd in commands:
             r = c.kubectl(*cmd, kubeconfig=kubeconfig)
             self.assertEqual(r.returncode, 0, "%s: %s" % (cmd, r.stderr))
-        etcd_after, agent_after, codes = snapshot()
+
+        # Someone with etcd credentials of their own, reading etcd directly.
+        cert, key = c.client_cert(DEBUG_CN)
+        prefix = "/registry/configmaps/etcd-matrix/"
+        expected_keys = expected_bytes = 0
+        for args in (["get", "--prefix", prefix, "-w", "json"],
+                     ["get", "--prefix", prefix, "--limit", "2", "-w", "json"],
+                     ["get", "--prefix", prefix, "--keys-only", "-w", "json"]):
+            r = c.etcdctl(*args, cert=cert, key=key)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            kvs = json.loads(r.stdout).get("kvs", [])
+            expected_keys += len(kvs)
+            expected_bytes += sum(len(base64.b64decode(kv["key"])) + len(base64.b64decode(kv.get("value", "")))
+                                  for kv in kvs)
+        self.assertEqual(expected_keys, 4 + 2 + 4)
+        r = c.etcdctl("get", "--prefix", prefix, "--count-only", "-w", "json", cert=cert, key=key)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["count"], 4)
+        r = c.etcdctl("get", prefix + "cm-1", "--rev", "999999", cert=cert, key=key)
+        self.assertNotEqual(r.returncode, 0, "a Range at a future revision fails")
+
+        etcd_after, (calls_after, keys_after, bytes_after) = snapshot()
         theirs = delta(etcd_after, etcd_before)
-        ours = delta(agent_after, agent_before)
-        self.assertEqual(codes, {"OK"})
-        # 1 namespace + 5 creates + 5 label updates + 1 delete: one Txn each.
-        self.assertEqual(theirs.get("/etcdserverpb.KV/Txn", 0), 12, theirs)
-        self.assertGreaterEqual(theirs.get("/etcdserverpb.KV/Range", 0), 7, theirs)
-        # The test's own scrapes of etcd's /metrics (HTTP/1.1 on the client port) are counted
-        # too, as "other": everything else is gRPC, method for method.
-        self.assertGreater(ours.pop("other", 0), 0)
-        self.assertEqual(ours, theirs)
+        calls = delta(calls_after, calls_before)
+        # Method for method and code for code, exactly as etcd counts its own calls.
+        self.assertEqual(by_method_code(calls), theirs)
+        self.assertIn(("/etcdserverpb.KV/Range", "OutOfRange"), theirs)
+        # 1 namespace + 5 creates + 5 label updates + 1 delete: one Txn each, by resource.
+        txn = {k[3]: n for k, n in calls.items() if k[0] == "/etcdserverpb.KV/Txn"}
+        self.assertEqual(txn, {"configmaps": 11, "namespaces": 1}, calls)
+        # Who: the API server's client certificate, and the direct client by its own.
+        clients = {k[2] for k in calls}
+        self.assertEqual(clients, {APISERVER_CN, DEBUG_CN}, calls)
+        debug = {(k[0], k[1], k[3]): n for k, n in calls.items() if k[2] == DEBUG_CN}
+        self.assertEqual(debug, {("/etcdserverpb.KV/Range", "OK", "configmaps"): 4,
+                                 ("/etcdserverpb.KV/Range", "OutOfRange", "configmaps"): 1}, debug)
+        # What the direct client's Ranges returned, key for key and byte for byte.
+        debug_keys = delta(keys_after, keys_before).get((DEBUG_CN, "configmaps"), 0)
+        debug_bytes = delta(bytes_after, bytes_before).get((DEBUG_CN, "configmaps"), 0)
+        self.assertEqual(debug_keys, expected_keys)
+        self.assertEqual(debug_bytes, expected_bytes)
+        # The API server's LIST of the namespace's configmaps read 5 of them from etcd at least.
+        self.assertGreaterEqual(delta(keys_after, keys_before).get((APISERVER_CN, "configmaps"), 0), 5)
+        hits = {l["probe"]: int(v) for n, l, v in agent.metrics() if n == "stormwatch_probe_hits_total"}
+        self.assertEqual(hits.get("grpc_unary_enter"), hits.get("grpc_unary_return"), hits)
+        self.assertEqual(hits.get("http2_process_headers", 0), hits.get("http2_handler_done", 0), hits)
         # None of it went into the API server's series, whatever etcd's file is called.
         api_clients = {k[0] for k in agent.request_counts()}
         self.assertNotIn("system:anonymous", api_clients)
-        print("\n%s (%s): attached as etcd, exact per-method counts: %s" % (cell, etcd_info["go_version"], theirs),
+        self.assertNotIn(DEBUG_CN, api_clients)
+        print("\n%s (%s): attached at the gRPC interceptor; exact per-method/code counts %s; "
+              "direct client's Ranges: %d keys, %d bytes" % (cell, etcd_info["go_version"],
+                                                            by_method_code(calls), debug_keys, debug_bytes),
               file=sys.stderr)
 
 

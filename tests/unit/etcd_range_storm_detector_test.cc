@@ -20,6 +20,22 @@ using sim::kSec;
 using sim::PerSecond;
 using sim::User;
 
+// The simulation's records stand for etcd calls too: r.path the method, r.info.resource the
+// key's resource, r.response_bytes the key and value bytes returned.
+EtcdRequest AsEtcdCall(const RequestRecord& r) {
+  EtcdRequest e;
+  e.method = r.path;
+  e.decoded.registry = true;
+  e.decoded.prefix = true;
+  e.decoded.resource = r.info.resource;
+  e.decoded.key_prefix = r.info.resource.empty() ? "" : "/registry/" + r.info.resource + "/";
+  e.kv_bytes = r.response_bytes;
+  e.start_ns = r.start_ns;
+  e.end_ns = r.end_ns;
+  e.identity = r.identity;
+  return e;
+}
+
 // Routes etcd's gRPC requests to ObserveEtcd, the rest to Observe, so one simulation drives
 // both sides in time order.
 class BothSides final : public StormDetector {
@@ -28,7 +44,7 @@ class BothSides final : public StormDetector {
   const char* storm() const override { return det_.storm(); }
   void Observe(const RequestRecord& r, int64_t now_ns) override {
     if (r.path.rfind("/etcdserverpb.", 0) == 0) {
-      det_.ObserveEtcd(r, now_ns);
+      det_.ObserveEtcd(AsEtcdCall(r), now_ns);
     } else {
       det_.Observe(r, now_ns);
     }
@@ -251,7 +267,7 @@ TEST(EtcdRangeStormTest, StateIsBoundedAndEvictedStormsResolve) {
 
   for (int i = 0; i < 1000; ++i) {
     det.Observe(List(User("u" + std::to_string(i)), "/api/v1/pods"), 30 * kSec + i);
-    det.ObserveEtcd(Range("pods", 10, 1, User("etcd-client-" + std::to_string(i))), 30 * kSec + i);
+    det.ObserveEtcd(AsEtcdCall(Range("pods", 10, 1, User("etcd-client-" + std::to_string(i)))), 30 * kSec + i);
   }
   EXPECT_EQ(det.Stats().tracked, 2u + 50u);
   EXPECT_EQ(det.Stats().evictions, 1u + 1u + 950u);

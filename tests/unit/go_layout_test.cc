@@ -492,6 +492,8 @@ struct EtcdBuild {
   const char* name;
   std::string path;
   const char* go_prefix;
+  uint32_t grpc_peer_auth_info;  // peer.Peer.AuthInfo
+  uint32_t status_direct;        // 1: status.Error points at the status proto itself
 };
 
 class DebianEtcd : public ::testing::TestWithParam<EtcdBuild> {};
@@ -505,10 +507,52 @@ TEST_P(DebianEtcd, TypeDataReadLayoutDerivedRoleFromItsCode) {
   GoHttp2ProbePlan plan = PlanGoHttp2Probes(*binary);
   ASSERT_EQ(plan.failure, AttachFailure::kNone) << plan.problem;
   EXPECT_TRUE(plan.etcd);
-  EXPECT_EQ(plan.stack_names(), "x/net,std");
-  for (const GoHttp2ProbeSites& site : plan.sites) {
-    EXPECT_EQ(site.offsets.capture_write_bodies, 0u) << "etcd's values are never read";
-    EXPECT_EQ(site.offsets.field_size, 40u);
+  // Attached at go-grpc-prometheus's interceptors, not at its HTTP/2 server.
+  EXPECT_EQ(plan.stack_names(), "grpc");
+  EXPECT_TRUE(plan.sites.empty());
+  ASSERT_TRUE(plan.grpc.has_value());
+  EXPECT_EQ(plan.problem, "") << "every optional part found";
+  EXPECT_FALSE(plan.grpc->sites.unary_returns.empty());
+  EXPECT_FALSE(plan.grpc->sites.stream_returns.empty());
+  // The offsets the BPF program reads, as the type data of these builds has them (the dump of
+  // their descriptors; etcd's release binaries carry no DWARF to compare with).
+  const sw_grpc_offsets& o = plan.grpc->sites.offsets;
+  EXPECT_EQ(o.unary_info_method, 16u);
+  EXPECT_EQ(o.stream_info_method, 0u);
+  EXPECT_EQ(o.value_ctx_key, 16u);
+  EXPECT_EQ(o.value_ctx_val, 32u);
+  EXPECT_NE(o.value_ctx_type, 0u);
+  EXPECT_NE(o.peer_key_type, 0u);
+  EXPECT_EQ(o.peer_addr, 0u);
+  EXPECT_EQ(o.peer_auth_info, e.grpc_peer_auth_info);  // grpc >= 1.57 added Peer.LocalAddr
+  EXPECT_EQ(o.tls_info_peer_certificates, 48u);
+  EXPECT_EQ(o.status_direct, e.status_direct);         // grpc 1.26: Error{e *spb.Status}
+  EXPECT_NE(o.status_error_type, 0u);
+  EXPECT_EQ(o.range_resp_kvs, 8u);
+  EXPECT_EQ(o.kv_key, 0u);
+  EXPECT_EQ(o.kv_value, 48u);
+  EXPECT_EQ(o.txn_compare, 0u);
+  EXPECT_EQ(o.compare_key, 8u);
+  EXPECT_EQ(o.txn_success, 24u);
+  const EtcdMessageFields& f = plan.grpc->layout.fields;
+  EXPECT_EQ(f.range_limit, 48);
+  EXPECT_EQ(f.range_revision, 56);
+  EXPECT_EQ(f.range_serializable, 72);
+  EXPECT_EQ(f.range_count_only, 74);
+  EXPECT_EQ(f.range_resp_more, 32);
+  EXPECT_EQ(f.range_resp_count, 40);
+  EXPECT_EQ(f.txn_resp_succeeded, 8);
+  EXPECT_EQ(plan.grpc->layout.messages.size(), 9u);
+  // The facts lie within the bytes copied of each struct (3.5's gogo structs end in XXX_
+  // fields past them).
+  for (int at : {f.range_limit, f.range_revision, f.range_serializable, f.range_keys_only,
+                 f.range_count_only, f.compact_revision, f.lease_grant_ttl}) {
+    EXPECT_GE(at, 0);
+    EXPECT_LE(at + 8, SW_GRPC_MSG_MAX);
+  }
+  for (int at : {f.range_resp_kvs, f.range_resp_more, f.range_resp_count, f.txn_resp_succeeded}) {
+    EXPECT_GE(at, 0);
+    EXPECT_LE(at + 8, SW_GRPC_RESP_MAX);
   }
   // The same binary under another name is still etcd: the role is not the file name.
   std::string copy = "/tmp/stormwatch-etcd-renamed-" + std::to_string(getpid());
@@ -520,9 +564,9 @@ TEST_P(DebianEtcd, TypeDataReadLayoutDerivedRoleFromItsCode) {
 
 INSTANTIATE_TEST_SUITE_P(
     Debian, DebianEtcd,
-    ::testing::Values(EtcdBuild{"bookworm_3_4", "/usr/bin/etcd", "go1.19"},
-                      EtcdBuild{"trixie_3_5_16", kDebianDir + "/trixie/root/usr/bin/etcd", "go1.24"},
-                      EtcdBuild{"forky_3_5_30", kDebianDir + "/forky/root/usr/bin/etcd", "go1.26"}),
+    ::testing::Values(EtcdBuild{"bookworm_3_4", "/usr/bin/etcd", "go1.19", 16, 1},
+                      EtcdBuild{"trixie_3_5_16", kDebianDir + "/trixie/root/usr/bin/etcd", "go1.24", 32, 0},
+                      EtcdBuild{"forky_3_5_30", kDebianDir + "/forky/root/usr/bin/etcd", "go1.26", 32, 0}),
     [](const ::testing::TestParamInfo<EtcdBuild>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -316,7 +316,9 @@ TEST(PrometheusExporterTest, PromtoolFindsNothingToLint) {
   PrometheusExporter e(ClientSeriesLimits{.max_clients = 1, .idle_s = 600});
   e.CountRequest(Get("alice"), 512);
   e.CountRequest(Get("bob", "409"), 64);
-  e.CountEtcdRequest("/etcdserverpb.KV/Range", "200");
+  e.CountEtcdRequest("/etcdserverpb.KV/Range", "pods", "kube-apiserver-etcd-client", "OK");
+  e.CountEtcdRange("pods", "kube-apiserver-etcd-client", 10, 4096);
+  e.ObserveEtcdDuration("/etcdserverpb.KV/Range", "pods", 0.002);
   e.CountList("alice", "", "pods", "cluster", "consistent", false);
   e.ObserveDuration("GET", "", "pods", 0.003);
   e.SetStormActive({{"storm", "update_loop"}, {"client", "alice"}, {"group", ""},
