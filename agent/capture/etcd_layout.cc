@@ -97,6 +97,17 @@ void DeriveStatus(const GoTypes& types, sw_grpc_offsets& o, std::vector<std::str
 
 }  // namespace
 
+bool IsGrpcServerInterceptorClosure(std::string_view name, std::string_view kind) {
+  constexpr std::string_view kPackage = "github.com/grpc-ecosystem/go-grpc-prometheus.";
+  if (!name.starts_with(kPackage)) return false;
+  name.remove_prefix(kPackage.size());
+  if (name.starts_with("init.")) name.remove_prefix(5);
+  const std::string method = "(*ServerMetrics)." + std::string(kind) + "ServerInterceptor.func";
+  if (!name.starts_with(method)) return false;
+  name.remove_prefix(method.size());
+  return !name.empty() && name.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
 Result<EtcdLayout> DeriveEtcdLayout(const GoTypes& types, LayoutGap* gap) {
   EtcdLayout layout;
   sw_grpc_offsets& o = layout.offsets;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/capture/go_layout.h"
@@ -34,10 +35,11 @@ struct EtcdLayout {
 // Error: the interceptor's or the KV messages' fields are not there (`gap` names which).
 Result<EtcdLayout> DeriveEtcdLayout(const GoTypes& types, LayoutGap* gap);
 
-// go-grpc-prometheus's server interceptor closures, probed in etcd.
-inline constexpr char kGrpcUnaryInterceptor[] =
-    "github.com/grpc-ecosystem/go-grpc-prometheus.(*ServerMetrics).UnaryServerInterceptor.func1";
-inline constexpr char kGrpcStreamInterceptor[] =
-    "github.com/grpc-ecosystem/go-grpc-prometheus.(*ServerMetrics).StreamServerInterceptor.func1";
+// go-grpc-prometheus's server interceptor closures, probed in etcd: the closure returned by
+// (*ServerMetrics).UnaryServerInterceptor ("...UnaryServerInterceptor.func1") and, where the
+// compiler inlined that method into the package's init (the package variable
+// grpc_prometheus.UnaryServerInterceptor, Go 1.22+), its copy there ("...init.(*ServerMetrics)
+// .UnaryServerInterceptor.func3"). `kind` is "Unary" or "Stream".
+bool IsGrpcServerInterceptorClosure(std::string_view function_name, std::string_view kind);
 
 }  // namespace stormwatch

@@ -163,8 +163,13 @@ Result<uint32_t> GoHttpProbes::AttachGrpc(pid_t pid, const std::string& binary_p
     }
     a.message_keys.push_back(k);
   }
-  bool ok = AttachUprobe(a, skel_->progs.grpc_unary_enter, pid, binary_path, sites.unary_entry, *slot) &&
-            AttachUprobe(a, skel_->progs.grpc_stream_enter, pid, binary_path, sites.stream_entry, *slot);
+  bool ok = true;
+  for (const EntryProbeSite& entry : sites.unary_entries) {
+    ok = ok && AttachUprobe(a, skel_->progs.grpc_unary_enter, pid, binary_path, entry, *slot);
+  }
+  for (const EntryProbeSite& entry : sites.stream_entries) {
+    ok = ok && AttachUprobe(a, skel_->progs.grpc_stream_enter, pid, binary_path, entry, *slot);
+  }
   for (uint64_t ret : sites.unary_returns) {
     ok = ok && AttachUprobe(a, skel_->progs.grpc_unary_return, pid, binary_path, {ret, 0}, *slot);
   }

@@ -46,9 +46,11 @@ struct Http1ProbeSites {
 
 // etcd's gRPC server: go-grpc-prometheus's interceptor closures (bpf/grpc_server.bpf.h).
 struct GrpcProbeSites {
-  EntryProbeSite unary_entry;
+  // One entry per copy of each closure (the compiler may leave an inlined copy in the
+  // package's init next to the original; each call runs exactly one of them).
+  std::vector<EntryProbeSite> unary_entries;
   std::vector<uint64_t> unary_returns;
-  EntryProbeSite stream_entry;
+  std::vector<EntryProbeSite> stream_entries;
   std::vector<uint64_t> stream_returns;
   sw_grpc_offsets offsets{};  // type addresses as the target has them mapped (load bias added)
   // The messages the programs copy: runtime address of *T's descriptor -> what to copy.

@@ -252,17 +252,22 @@ constexpr int32_t kGrpcInterceptorArgs = 16 + 16 + 8 + 8;  // (ctx|srv, req|ss, 
 // closures or the fields are not there: etcd is then captured at its HTTP/2 server, per method.
 std::optional<GoHttp2ProbePlan::Grpc> PlanGrpcProbes(const GoBinary& binary, const GoTypes& types,
                                                      std::string* why) {
-  auto unary = binary.FindFunction(kGrpcUnaryInterceptor);
-  auto stream = binary.FindFunction(kGrpcStreamInterceptor);
-  if (!unary || !stream) {
+  std::vector<const GoFunction*> unary, stream;
+  for (const GoFunction& fn : binary.functions()) {
+    if (IsGrpcServerInterceptorClosure(fn.name, "Unary")) unary.push_back(&fn);
+    if (IsGrpcServerInterceptorClosure(fn.name, "Stream")) stream.push_back(&fn);
+  }
+  if (unary.empty() || stream.empty()) {
     *why = "go-grpc-prometheus's server interceptors not found";
     return std::nullopt;
   }
-  for (const GoFunction* fn : {&*unary, &*stream}) {
-    if (std::string shape = CheckFunctionShape(*fn, kGrpcInterceptorArgs, "an interceptor (ctx, req, info, handler)");
-        !shape.empty()) {
-      *why = shape;
-      return std::nullopt;
+  for (const auto* list : {&unary, &stream}) {
+    for (const GoFunction* fn : *list) {
+      if (std::string shape = CheckFunctionShape(*fn, kGrpcInterceptorArgs, "an interceptor (ctx, req, info, handler)");
+          !shape.empty()) {
+        *why = shape;
+        return std::nullopt;
+      }
     }
   }
   LayoutGap gap;
@@ -271,20 +276,25 @@ std::optional<GoHttp2ProbePlan::Grpc> PlanGrpcProbes(const GoBinary& binary, con
     *why = layout.error();
     return std::nullopt;
   }
-  auto unary_entry = binary.EntryProbeSiteOf(*unary);
-  auto unary_returns = binary.ReturnInstructionOffsets(*unary);
-  auto stream_entry = binary.EntryProbeSiteOf(*stream);
-  auto stream_returns = binary.ReturnInstructionOffsets(*stream);
-  if (!unary_entry || !unary_returns || unary_returns->empty() || !stream_entry || !stream_returns ||
-      stream_returns->empty()) {
-    *why = "cannot place the interceptor probes";
+  GoHttp2ProbePlan::Grpc g;
+  auto place = [&](const std::vector<const GoFunction*>& fns, std::vector<EntryProbeSite>& entries,
+                   std::vector<uint64_t>& returns) {
+    for (const GoFunction* fn : fns) {
+      auto entry = binary.EntryProbeSiteOf(*fn);
+      auto rets = binary.ReturnInstructionOffsets(*fn);
+      if (!entry || !rets || rets->empty()) {
+        *why = "cannot place the interceptor probes in " + fn->name;
+        return false;
+      }
+      entries.push_back(*entry);
+      returns.insert(returns.end(), rets->begin(), rets->end());
+    }
+    return true;
+  };
+  if (!place(unary, g.sites.unary_entries, g.sites.unary_returns) ||
+      !place(stream, g.sites.stream_entries, g.sites.stream_returns)) {
     return std::nullopt;
   }
-  GoHttp2ProbePlan::Grpc g;
-  g.sites.unary_entry = *unary_entry;
-  g.sites.unary_returns = *unary_returns;
-  g.sites.stream_entry = *stream_entry;
-  g.sites.stream_returns = *stream_returns;
   g.sites.offsets = layout->offsets;
   g.layout = std::move(*layout);
   return g;
