@@ -62,6 +62,11 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                         .Help("Time etcd took for a unary gRPC call, from its interceptor's "
                               "entry to its return, by method and resource.")
                         .Register(*registry_);
+  etcd_links_ = &prometheus::BuildCounter()
+                    .Name("stormwatch_etcd_list_links_total")
+                    .Help("Consistent LISTs the API server served while etcd was attached on the "
+                          "same node, by whether the etcd Range each caused was found.")
+                    .Register(*registry_);
   duration_ = &prometheus::BuildHistogram()
                    .Name("stormwatch_request_duration_seconds")
                    .Help("Time from decoded request headers to the handler's end, by verb and "
@@ -361,6 +366,11 @@ void PrometheusExporter::CountEtcdRange(const std::string& resource, const std::
   auto labels = [&] { return Labels{{"resource", resource}}; };
   ClientCounter(kEtcdRangeKeys, client, admitted, resource, labels).Increment(static_cast<double>(keys));
   ClientCounter(kEtcdRangeBytes, client, admitted, resource, labels).Increment(static_cast<double>(bytes));
+}
+
+void PrometheusExporter::SetEtcdLinks(uint64_t lists, uint64_t matched) {
+  AddCumulative(*etcd_links_, etcd_links_seen_, "result", "matched", matched);
+  AddCumulative(*etcd_links_, etcd_links_seen_, "result", "unmatched", lists - matched);
 }
 
 void PrometheusExporter::ObserveEtcdDuration(const std::string& method, const std::string& resource,

@@ -54,6 +54,9 @@ class PrometheusExporter {
   void CountEtcdRange(const std::string& resource, const std::string& client, uint64_t keys,
                       uint64_t bytes);
   void ObserveEtcdDuration(const std::string& method, const std::string& resource, double seconds);
+  // Consistent LISTs seen with etcd attached, and how many were matched to their etcd Range
+  // (cumulative).
+  void SetEtcdLinks(uint64_t lists, uint64_t matched);
   // LISTs by how much they cost: consistent (etcd) or from the cache, paginated or not.
   void CountList(const std::string& client, const std::string& group, const std::string& resource,
                  const std::string& scope, const std::string& consistency, bool paginated);
@@ -126,6 +129,8 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Counter>* etcd_range_keys_;
   prometheus::Family<prometheus::Counter>* etcd_range_bytes_;
   prometheus::Family<prometheus::Histogram>* etcd_duration_;
+  prometheus::Family<prometheus::Counter>* etcd_links_;
+  std::map<std::string, uint64_t> etcd_links_seen_;
   prometheus::Family<prometheus::Histogram>* duration_;
   prometheus::Family<prometheus::Gauge>* storm_active_;
   prometheus::Family<prometheus::Counter>* storms_total_;

@@ -24,6 +24,9 @@ ListStormDetector::Second& ListStormDetector::Second::operator+=(const Second& o
   not_older_than += o.not_older_than;
   paginated += o.paginated;
   cluster_scope += o.cluster_scope;
+  etcd_lists += o.etcd_lists;
+  etcd_keys += o.etcd_keys;
+  etcd_bytes += o.etcd_bytes;
   return *this;
 }
 
@@ -85,6 +88,11 @@ void ListStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   }
   if (r.shape.paginated) ++s->paginated;
   if (cluster_scope) ++s->cluster_scope;
+  if (r.etcd.ranges > 0) {
+    ++s->etcd_lists;
+    s->etcd_keys += static_cast<uint64_t>(r.etcd.keys);
+    s->etcd_bytes += r.etcd.bytes;
+  }
 }
 
 ListStormDetector::Second ListStormDetector::WindowSum(const Entry& e, int64_t last) const {
@@ -146,6 +154,20 @@ StormEvidence ListStormDetector::BuildEvidence(const Entry& e, const Second& w) 
       {"system_masters", e.identity.system_masters},
   };
   if (!e.identity.groups.empty()) ev.details["groups"] = e.identity.groups;
+  // What its consistent LISTs cost etcd, from the Ranges they were matched to on this node.
+  std::string etcd_cost;
+  if (w.etcd_lists > 0) {
+    const double keys = static_cast<double>(w.etcd_keys) / w.etcd_lists;
+    const double bytes = static_cast<double>(w.etcd_bytes) / w.etcd_lists;
+    ev.details["etcd"] = {{"lists_matched", w.etcd_lists},
+                          {"keys_per_list", Round2(keys)},
+                          {"bytes_per_list", Round2(bytes)},
+                          {"bytes_per_second", Round2(static_cast<double>(w.etcd_bytes) / seconds)}};
+    char cost[128];
+    std::snprintf(cost, sizeof(cost), "; each LIST read %.0f keys, %.2f MB from etcd", keys,
+                  bytes / (1024 * 1024));
+    etcd_cost = cost;
+  }
 
   const std::string what = e.resource + (e.api_group.empty() ? "" : "." + e.api_group);
   char figures[160];
@@ -156,7 +178,7 @@ StormEvidence ListStormDetector::BuildEvidence(const Entry& e, const Second& w) 
                " is polling LIST " + what + ": " + figures +
                " consistent, unpaginated, cluster-scope" +
                (priority_level.empty() ? "" : ", priority level " + priority_level) +
-               (e.identity.system_masters ? ", group system:masters" : "");
+               (e.identity.system_masters ? ", group system:masters" : "") + etcd_cost;
   return ev;
 }
 

@@ -55,6 +55,9 @@ class ListStormDetector final : public StormDetector {
     uint32_t not_older_than = 0;
     uint32_t paginated = 0;
     uint32_t cluster_scope = 0;
+    uint32_t etcd_lists = 0;  // matched to the etcd Range they caused (RequestRecord::etcd)
+    uint64_t etcd_keys = 0;
+    uint64_t etcd_bytes = 0;
     Second& operator+=(const Second& o);
   };
   struct Entry {

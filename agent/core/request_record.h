@@ -90,6 +90,15 @@ struct RequestConnection {
   uint32_t client_cert_der_len = 0;  // connection's client certificate (DER) in the target
 };
 
+// What a request read from etcd, when the etcd Range it caused was seen on the same node
+// (agent/pipeline/etcd_links.h): consistent LISTs.
+struct EtcdReads {
+  uint32_t ranges = 0;  // 0: not matched (no etcd attached here, or not found)
+  int64_t keys = 0;     // kvs the Range returned
+  uint64_t bytes = 0;   // their key + value bytes
+  int64_t limit = 0;    // the Range's limit (a cache-served consistent LIST reads 1 key)
+};
+
 struct RequestRecord {
   // Capture facts.
   uint32_t pid = 0;
@@ -116,6 +125,8 @@ struct RequestRecord {
   RequestInfo info;
   QueryShape shape;
   Identity identity;
+
+  EtcdReads etcd;
 };
 
 }  // namespace stormwatch

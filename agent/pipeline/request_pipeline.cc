@@ -237,6 +237,7 @@ void RequestPipeline::OnEtcdCall(EtcdRequest& r) {
     exporter_->ObserveEtcdDuration(method, resource, (r.end_ns - r.start_ns) / 1e9);
   }
   if (etcd_range_) etcd_range_->ObserveEtcd(r, static_cast<int64_t>(r.end_ns));
+  etcd_links_.OnRange(r);
 }
 
 void RequestPipeline::OnEtcdHttp2Request(const RequestRecord& r) {
@@ -266,6 +267,7 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
     std::string().swap(r.response_body_prefix);
   }
   NameApfLevels(r.response);
+  etcd_links_.Match(r);
   MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
   const std::string client = ClientLabel(r.identity);
   peers_.Observe(client, r.peer_address, r.local_address, static_cast<int64_t>(r.end_ns));
@@ -348,6 +350,8 @@ void RequestPipeline::Tick(int64_t now_ns) {
   const GrpcCallStats& g = grpc_.stats();
   exporter_->SetCaptureLoss("grpc_return_without_call", g.returns_without_call);
   exporter_->SetCaptureLoss("grpc_call_evicted", g.calls_evicted);
+  const EtcdLinkStats& l = etcd_links_.stats();
+  exporter_->SetEtcdLinks(l.lists, l.lists_matched);
   PublishDetectorState(now_ns);
 }
 

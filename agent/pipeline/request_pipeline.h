@@ -21,6 +21,7 @@
 #include "agent/core/etcd_request.h"
 #include "agent/core/request_record.h"
 #include "agent/pipeline/client_peers.h"
+#include "agent/pipeline/etcd_links.h"
 #include "agent/protocol/grpc_calls.h"
 #include "agent/protocol/http1_stream.h"
 #include "agent/protocol/request_assembler.h"
@@ -109,6 +110,7 @@ class RequestPipeline {
   const RequestAssembler& assembler() const { return assembler_; }
   const Http1Connections& http1() const { return http1_; }
   const GrpcCalls& grpc() const { return grpc_; }
+  const EtcdLinks& etcd_links() const { return etcd_links_; }
   const std::vector<std::unique_ptr<StormDetector>>& detectors() const { return detectors_; }
   // The busiest clients with the peer IPs they connect from (/debug/clients).
   nlohmann::json ClientsSnapshot(int64_t now_ns) const { return peers_.Snapshot(now_ns); }
@@ -134,6 +136,7 @@ class RequestPipeline {
   RequestAssembler assembler_;
   Http1Connections http1_;
   GrpcCalls grpc_;
+  EtcdLinks etcd_links_;
   std::unordered_set<std::string> etcd_resources_;
   ApfNaming apf_;
   std::vector<std::unique_ptr<StormDetector>> detectors_;  // one per enabled storm
