@@ -4,7 +4,13 @@ namespace stormwatch {
 
 void EtcdLinks::OnRange(const EtcdRequest& r) {
   seen_etcd_ = true;
-  if (r.request != EtcdMessage::kRangeRequest || !r.decoded.prefix || r.decoded.resource.empty()) return;
+  // A prefix read, or a read of the resource's root key itself: kube-apiserver's
+  // GetCurrentResourceVersion (ConsistentListFromCache) gets "/registry/<resource>" with limit 1
+  // for the revision, then answers from its cache. A read of one object is not a LIST's.
+  if (r.request != EtcdMessage::kRangeRequest || r.decoded.resource.empty() ||
+      (!r.decoded.prefix && !r.decoded.name.empty())) {
+    return;
+  }
   if (r.code != 0) return;
   ++stats_.ranges;
   Expire(r.end_ns);
@@ -28,15 +34,20 @@ void EtcdLinks::Match(RequestRecord& r) {
     return;
   }
   ++stats_.lists;
-  for (Range& range : ranges_) {
-    if (range.matched || range.start_ns < r.start_ns || range.end_ns > r.end_ns ||
-        range.resource != r.info.resource || range.namespace_ != r.info.namespace_) {
-      continue;
+  // A Range of the LIST's own namespace first; else one over the whole resource (a
+  // cache-served consistent LIST reads the resource's current revision, whatever its namespace).
+  for (bool whole_resource : {false, true}) {
+    for (Range& range : ranges_) {
+      if (range.matched || range.start_ns < r.start_ns || range.end_ns > r.end_ns ||
+          range.resource != r.info.resource ||
+          range.namespace_ != (whole_resource ? std::string() : r.info.namespace_)) {
+        continue;
+      }
+      range.matched = true;
+      r.etcd = {1, range.keys, range.bytes, range.limit};
+      ++stats_.lists_matched;
+      return;
     }
-    range.matched = true;
-    r.etcd = {1, range.keys, range.bytes, range.limit};
-    ++stats_.lists_matched;
-    return;
   }
 }
 

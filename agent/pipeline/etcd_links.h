@@ -3,7 +3,8 @@
 // ConsistentListFromCache, a 1-key Range for the current revision before answering from its
 // cache), on the same node when etcd is stacked as kubeadm runs it. A LIST and a Range match
 // when the Range is a prefix read of the same resource (by name: etcd keys of built-ins carry no
-// group) and namespace, and lies inside the LIST in time (both clocks are the node's
+// group) and namespace (or of the whole resource: the current-revision read is not namespaced),
+// and lies inside the LIST in time (both clocks are the node's
 // CLOCK_MONOTONIC): the Range started after the LIST's headers were decoded and returned before
 // its handler finished. Of several candidates the earliest unmatched one is taken, so concurrent
 // LISTs of one resource may swap their Ranges (they are the same shape); the counts are exact.

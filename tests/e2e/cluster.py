@@ -327,6 +327,9 @@ class Cluster:
         self.apiserver = self._spawn([
             binary, "--etcd-servers", self.etcd_url, "--etcd-cafile", f"{pki}/ca.crt",
             "--etcd-certfile", f"{pki}/apiserver-etcd-client.crt", "--etcd-keyfile", f"{pki}/apiserver-etcd-client.key",
+            # kube-apiserver's layout, in which it embeds this server: /registry/<group>/<resource>
+            # (the standalone default is /registry/apiextensions.kubernetes.io).
+            "--etcd-prefix", "/registry",
             "--bind-address", "127.0.0.1", "--secure-port", str(port),
             "--tls-cert-file", f"{pki}/apiserver.crt", "--tls-private-key-file", f"{pki}/apiserver.key",
             "--client-ca-file", f"{pki}/ca.crt",

@@ -117,10 +117,12 @@ class RealApiServer(unittest.TestCase):
         for n in names:
             self.raw("create", "--raw", COLLECTION, "-f", "-", input=json.dumps(datajob(n)))
 
-    def start_agent(self, *args):
-        self.agent = Agent(self.c.tmp, extra_args=["--pid", str(self.c.apiserver_pid), *args]).start()
-        self.agent.wait_attached(1)
-        info = [l for n, l, v in self.agent.metrics() if n == "stormwatch_target_info" and v == 1]
+    def start_agent(self, *args, etcd=False):
+        pids = [self.c.apiserver_pid] + ([self.c.etcd.pid] if etcd else [])
+        self.agent = Agent(self.c.tmp, extra_args=["--pid", ",".join(map(str, pids)), *args]).start()
+        self.agent.wait_attached(len(pids))
+        info = [l for n, l, v in self.agent.metrics() if n == "stormwatch_target_info" and v == 1
+                and l["pid"] == str(self.c.apiserver_pid)]
         self.assertEqual(len(info), 1, info)
         self.assertEqual((info[0]["status"], info[0]["stack"], info[0]["role"]), ("attached", "x/net,std", "apiserver"), info)
         self.assertTrue(info[0]["go_version"].startswith("go1.26."), info)
@@ -206,6 +208,64 @@ class RealApiServer(unittest.TestCase):
         self.assertEqual(named, dict(audited))
         print("\nreal apiserver: %d resource requests, %d series equal to apiserver_request_total; "
               "identities equal to the audit log: %s" % (total, len(theirs), named), file=sys.stderr)
+
+    def test_etcd_side_of_the_lists(self):
+        """With etcd attached too: every consistent LIST the real server serves is matched to the
+        etcd Range it caused, the Range's resource is the CRD's group-resource, and the agent's
+        etcd calls per resource are set beside the server's own etcd_request_duration_seconds."""
+        c = self.c
+        self.create_crd_and_objects(["nightly-etl", "hourly-sync", "weekly-report"])
+        reader = c.kubeconfig(c.mint_token("monitoring", "poller"))
+        self.start_agent(etcd=True)
+        time.sleep(2)
+
+        def links():
+            out = {}
+            for n, l, v in self.agent.metrics():
+                if n == "stormwatch_etcd_list_links_total":
+                    out[l["result"]] = int(v)
+            return out
+
+        def etcd_by_resource():
+            out = {}
+            for n, l, v in self.agent.metrics():
+                if n == "stormwatch_etcd_requests_total" and l["client"] == "kube-apiserver-etcd-client":
+                    out[(l["method"], l["resource"])] = out.get((l["method"], l["resource"]), 0) + int(v)
+            return out
+
+        def server_etcd():
+            out = {}
+            for name, labels, value in parse_metrics(c.apiserver_metrics()):
+                if name == "etcd_request_duration_seconds_count" and value:
+                    # Kubernetes 1.36 labels operation, group, resource (older: type).
+                    gr = labels["resource"] + ("." + labels["group"] if labels.get("group") else "")
+                    out[(labels["operation"], gr)] = int(value)
+            return out
+
+        time.sleep(1.5)
+        links_before, ours_before, theirs_before = links(), etcd_by_resource(), server_etcd()
+        consistent = 20
+        for i in range(consistent):
+            self.raw("get", "--raw", COLLECTION, kubeconfig=reader)
+        for i in range(10):  # from the watch cache: no Range
+            self.raw("get", "--raw", COLLECTION + "?resourceVersion=0", kubeconfig=reader)
+        time.sleep(2)
+        links_after, ours_after, theirs_after = links(), etcd_by_resource(), server_etcd()
+        matched = links_after.get("matched", 0) - links_before.get("matched", 0)
+        unmatched = links_after.get("unmatched", 0) - links_before.get("unmatched", 0)
+        ours, theirs = delta(ours_after, ours_before), delta(theirs_after, theirs_before)
+        print("\nreal apiserver + etcd: %d consistent LISTs matched to their Range, %d unmatched; "
+              "agent's etcd calls %s; server's etcd_request_duration_seconds_count %s"
+              % (matched, unmatched, ours, theirs), file=sys.stderr)
+        self.assertEqual((matched, unmatched), (consistent, 0))
+        crd_resource = "%s.%s" % (RESOURCE, GROUP)
+        # Per resource, the agent's etcd calls of the server are the server's own etcd requests
+        # (with ConsistentListFromCache each consistent LIST is one revision read: "get").
+        self.assertEqual(sum(n for (m, r), n in ours.items() if r == crd_resource),
+                         sum(n for (op, r), n in theirs.items() if r == crd_resource))
+        self.assertEqual(ours.get(("/etcdserverpb.KV/Range", crd_resource), 0), consistent)
+        # The storm evidence reads the same facts: the poller's LISTs each read from etcd.
+        self.assertEqual(self.agent.metric_value("stormwatch_capture_lost_total"), 0)
 
     def test_update_loop_and_conflict_storm_on_a_crd(self):
         c = self.c

@@ -65,9 +65,21 @@ TEST(EtcdLinks, EachConsistentListGetsTheRangeItCaused) {
   RequestRecord late = List(100, 170, "configmaps", "");
   links.Match(late);
   EXPECT_EQ(late.etcd.keys, 7);
-  EXPECT_EQ(links.stats().lists, 5u);  // the cached one is not consistent
-  EXPECT_EQ(links.stats().lists_matched, 3u);
-  EXPECT_EQ(links.stats().ranges, 3u);
+  // A namespaced LIST served from the cache reads the whole resource's current revision.
+  EtcdRequest root = Range(310, 320, "secrets", "", 0, 0);
+  root.decoded.prefix = false;  // "/registry/secrets", limit 1: the current revision only
+  links.OnRange(root);
+  EtcdRequest one = Range(311, 319, "secrets", "default", 1, 60);
+  one.decoded.prefix = false;
+  one.decoded.name = "token";  // a GET's read: no LIST's
+  links.OnRange(one);
+  RequestRecord in_ns = List(300, 330, "secrets", "default");
+  links.Match(in_ns);
+  EXPECT_EQ(in_ns.etcd.ranges, 1u);
+  EXPECT_EQ(in_ns.etcd.keys, 0);
+  EXPECT_EQ(links.stats().lists, 6u);  // the cached one is not consistent
+  EXPECT_EQ(links.stats().lists_matched, 4u);
+  EXPECT_EQ(links.stats().ranges, 4u);
 }
 
 TEST(EtcdLinks, BoundedAndExpired) {
