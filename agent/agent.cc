@@ -1,5 +1,7 @@
 #include "agent/agent.h"
 
+#include "agent/record/capture_file.h"
+
 #include <spdlog/spdlog.h>
 #include <time.h>
 
@@ -132,6 +134,21 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
       },
       AssemblerLimits{}, connection_lookups, apf_naming);
 
+  std::unique_ptr<CaptureWriter> recorder;
+  if (!options.record_path.empty()) {
+    auto w = CaptureWriter::Open(options.record_path,
+                                 {options.record_max_bytes, options.record_files}, clock_offset);
+    if (!w) {
+      spdlog::critical("{}", w.error());
+      return 1;
+    }
+    recorder = std::move(*w);
+    pipeline.SetRecorder({.request = [&](const RequestRecord& r) { recorder->Write(r); },
+                          .etcd = [&](const EtcdRequest& r) { recorder->Write(r); }});
+    spdlog::info("recording to {} (rotated at {} bytes, {} files kept)", options.record_path,
+                 options.record_max_bytes, options.record_files);
+  }
+
   auto probes = GoHttpProbes::Load(options.ring_buffer_bytes,
                                    [&](std::span<const uint8_t> bytes) { pipeline.OnEvent(bytes); });
   if (!probes) {
@@ -188,6 +205,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     exporter->SetTargetsAttached(targets.attached_count());
     publish_readiness();
     pipeline.Tick(now);
+    if (recorder) recorder->Flush();
     DropCounts drops = (*probes)->ReadDrops();
     for (int i = 0; i < SW_DROP_CAUSE_COUNT; ++i) {
       exporter->SetCaptureLoss(kDropCauseNames[i], drops.by_cause[i]);

@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <cstdio>
+#include <string_view>
 
 #include "agent/agent.h"
 #include "agent/options.h"
+#include "agent/replay.h"
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -16,6 +18,14 @@ void OnSignal(int) { g_stop.store(true); }
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "replay") {
+    auto replay = stormwatch::ParseReplayOptions(argc, argv);
+    if (!replay) {
+      std::fprintf(stderr, "stormwatch replay: %s\n", replay.error().c_str());
+      return 2;
+    }
+    return stormwatch::RunReplay(*replay);
+  }
   auto options = stormwatch::ParseAgentOptions(argc, argv);
   if (!options) {
     std::fprintf(stderr, "stormwatch: %s\n", options.error().c_str());

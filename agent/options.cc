@@ -15,6 +15,7 @@ enum Flag {
   kPid = 1000, kTarget, kMetricsAddress, kHealthAddress, kRingBufferBytes, kLogLevel,
   kObjectRate, kObjectSustain, kResourceRate, kResourceSustain, kResolve, kHelp, kVersion,
   kConfig, kAlertmanagerUrl, kApiserverUrl, kApiserverTokenFile, kApiserverCaFile,
+  kRecord, kRecordMaxBytes, kRecordFiles,
 };
 
 const option kLongOptions[] = {
@@ -34,6 +35,9 @@ const option kLongOptions[] = {
     {"apiserver-url", required_argument, nullptr, kApiserverUrl},
     {"apiserver-token-file", required_argument, nullptr, kApiserverTokenFile},
     {"apiserver-ca-file", required_argument, nullptr, kApiserverCaFile},
+    {"record", required_argument, nullptr, kRecord},
+    {"record-max-bytes", required_argument, nullptr, kRecordMaxBytes},
+    {"record-files", required_argument, nullptr, kRecordFiles},
     {"help", no_argument, nullptr, kHelp},
     {"version", no_argument, nullptr, kVersion},
     {nullptr, 0, nullptr, 0},
@@ -117,6 +121,24 @@ std::string ApplyFlag(int flag, std::string_view arg, AgentOptions& o, bool& tar
     case kApiserverCaFile:
       o.apf_source.ca_file = arg;
       return "";
+    case kRecord:
+      if (arg.empty()) return "--record: expected a file path";
+      o.record_path = arg;
+      return "";
+    case kRecordMaxBytes: {
+      auto n = ParseNumber<uint64_t>("record-max-bytes", arg);
+      if (!n) return n.error();
+      if (*n < 4096) return "--record-max-bytes: at least 4096";
+      o.record_max_bytes = *n;
+      return "";
+    }
+    case kRecordFiles: {
+      auto n = ParseNumber<uint32_t>("record-files", arg);
+      if (!n) return n.error();
+      if (*n < 1 || *n > 1000) return "--record-files: 1..1000";
+      o.record_files = *n;
+      return "";
+    }
     case kObjectRate:
     case kResourceRate: {
       auto v = ParseNumber<double>(flag == kObjectRate ? "update-loop-object-rate"
@@ -177,6 +199,11 @@ APF names (the agent's own credentials; get/list on flowcontrol objects):
   --apiserver-ca-file F      CA bundle (default: the pod's service-account ca.crt)
 Capture:
   --ring-buffer-bytes N      BPF ring buffer size, a power of two (default: 16777216)
+  --record FILE              also write every request record and etcd call to a capture file
+                             (no tokens, keys or bodies; docs/capture-files.md), replayed
+                             offline by `stormwatch replay FILE`
+  --record-max-bytes N       rotate the capture file at N bytes (default: 268435456)
+  --record-files K           keep at most K files: FILE, FILE.1, ... (default: 4)
 Runaway UPDATE loop detector (STORMS.md section 1):
   --update-loop-object-rate R        writes/s on one object (default: 5)
   --update-loop-object-sustain S     seconds it must hold (default: 10)
@@ -185,6 +212,7 @@ Runaway UPDATE loop detector (STORMS.md section 1):
   --update-loop-resolve S            calm seconds before the alert resolves (default: 10)
 
 Alerts are written to stdout as one JSON line per transition; logs go to stderr.
+`stormwatch replay --help` for replaying a capture file.
 )";
 }
 

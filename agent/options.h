@@ -35,6 +35,10 @@ struct AgentOptions {
   // Where the cluster's APF objects are listed to name those UIDs (in cluster by default).
   ApfSourceOptions apf_source;
   AlertmanagerConfig alertmanager;  // url "" = no direct push
+  // --record FILE: every request record and etcd call to a capture file ("" = none), rotated.
+  std::string record_path;
+  uint64_t record_max_bytes = 256ull << 20;
+  uint32_t record_files = 4;
   std::string config_path;          // --config; "" when none
   bool show_help = false;
   bool show_version = false;

@@ -222,6 +222,7 @@ void RequestPipeline::OnEtcdCall(EtcdRequest& r) {
   if (connections_.identity && r.connection.client_cert_der != 0) {
     if (std::optional<Identity> cert = connections_.identity(r.connection)) r.identity = std::move(*cert);
   }
+  if (recorder_.etcd) recorder_.etcd(r);
   const std::string client = ClientLabel(r.identity);
   const std::string method = GrpcMethodLabel(r.method);
   static const std::string kNoKey;
@@ -238,6 +239,19 @@ void RequestPipeline::OnEtcdCall(EtcdRequest& r) {
   }
   if (etcd_range_) etcd_range_->ObserveEtcd(r, static_cast<int64_t>(r.end_ns));
   etcd_links_.OnRange(r);
+}
+
+void RequestPipeline::ReplayRequest(RequestRecord r) {
+  r.etcd = {};  // matched again from the replayed etcd calls, as live
+  OnRequest(r);
+}
+
+void RequestPipeline::ReplayEtcdCall(EtcdRequest r) {
+  // Recorded without its key: the decoded key and the identity stand as recorded.
+  r.key.clear();
+  r.range_end.clear();
+  r.connection = {};
+  OnEtcdCall(r);
 }
 
 void RequestPipeline::OnEtcdHttp2Request(const RequestRecord& r) {
@@ -268,6 +282,7 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   }
   NameApfLevels(r.response);
   etcd_links_.Match(r);
+  if (recorder_.request) recorder_.request(r);
   MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
   const std::string client = ClientLabel(r.identity);
   peers_.Observe(client, r.peer_address, r.local_address, static_cast<int64_t>(r.end_ns));

@@ -92,6 +92,17 @@ class RequestPipeline {
 
   // One ring-buffer record.
   void OnEvent(std::span<const uint8_t> bytes);
+
+  // Capture files (agent/record): every request record and etcd call, as the pipeline has it
+  // once identity is resolved and body and key are gone, goes to the recorder; a recorded one
+  // comes back through the same stages after that point (`stormwatch replay`).
+  struct Recorder {
+    std::function<void(const RequestRecord&)> request;
+    std::function<void(const EtcdRequest&)> etcd;
+  };
+  void SetRecorder(Recorder recorder) { recorder_ = std::move(recorder); }
+  void ReplayRequest(RequestRecord r);
+  void ReplayEtcdCall(EtcdRequest r);
   // Once a second: expire stale requests, run detectors, publish loss counters.
   void Tick(int64_t now_ns);
   void SetTargetRole(uint32_t tgid, TargetRole role) { roles_[tgid] = role; }
@@ -143,6 +154,7 @@ class RequestPipeline {
   ExemptClientDetector* exempt_ = nullptr;      // in detectors_, when enabled
   EtcdRangeStormDetector* etcd_range_ = nullptr;  // in detectors_, when enabled
   TransitionSink on_transition_;
+  Recorder recorder_;
   PipelineStats stats_;
   std::unordered_map<uint32_t, TargetRole> roles_;  // by process; unknown = apiserver
 };

@@ -11,13 +11,14 @@ defaults except where a scenario says why.
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from agent import Agent, require_bpf_privileges  # noqa: E402
+from agent import AGENT_BINARY, Agent, require_bpf_privileges  # noqa: E402
 from cluster import Cluster  # noqa: E402
 from counts import count_map, delta  # noqa: E402
 
@@ -53,6 +54,27 @@ class StormScenarios(unittest.TestCase):
             if self._outcome_failed():
                 print("agent stderr:\n" + self.agent.stderr()[-4000:], file=sys.stderr)
                 print("alerts:\n" + "\n".join(json.dumps(a) for a in self.agent.alerts), file=sys.stderr)
+            else:
+                self.check_replay()
+
+    def check_replay(self):
+        """The agent recorded what it saw (--record): replayed offline through the same pipeline
+        and detectors, the recording raises the same storms for the same clients and resources."""
+        argv = [AGENT_BINARY, "replay", self.record_path, "--no-metrics"]
+        if self.config_path:
+            argv += ["--config", self.config_path]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        replayed = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+
+        def firing(alerts):
+            return sorted({(a["storm"], a["client"], a.get("group", ""), a.get("resource", ""))
+                           for a in alerts if a["state"] == "firing"})
+        self.assertEqual(firing(replayed), firing(self.agent.alerts),
+                         "replay of %s: %s" % (self.record_path, r.stderr))
+        print("replay of the recording (%d bytes): %s; %s" % (os.path.getsize(self.record_path),
+                                                               firing(replayed), r.stderr.strip()),
+              file=sys.stderr)
 
     def _outcome_failed(self):
         result = getattr(self, "_outcome", None)
@@ -75,12 +97,15 @@ class StormScenarios(unittest.TestCase):
 
     def start_agent(self, config=None):
         """The agent on this test's API server only; config: YAML text for --config."""
-        args = ["--pid", str(self.cluster.apiserver_pid)]
+        self.record_path = os.path.join(self.cluster.tmp, "capture.swcap")
+        self.config_path = None
+        args = ["--pid", str(self.cluster.apiserver_pid), "--record", self.record_path]
         if config:
             path = os.path.join(self.cluster.tmp, "stormwatch.yaml")
             with open(path, "w") as f:
                 f.write(config)
             args += ["--config", path]
+            self.config_path = path
         self.agent = Agent(self.cluster.tmp, extra_args=args).start()
         self.agent.wait_attached(1)
         time.sleep(0.5)  # nothing in flight: server counts from here on are the agent's
