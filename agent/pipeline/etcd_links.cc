@@ -36,19 +36,26 @@ void EtcdLinks::Match(RequestRecord& r) {
   ++stats_.lists;
   // A Range of the LIST's own namespace first; else one over the whole resource (a
   // cache-served consistent LIST reads the resource's current revision, whatever its namespace).
-  for (bool whole_resource : {false, true}) {
-    for (Range& range : ranges_) {
-      if (range.matched || range.start_ns < r.start_ns || range.end_ns > r.end_ns ||
-          range.resource != r.info.resource ||
-          range.namespace_ != (whole_resource ? std::string() : r.info.namespace_)) {
-        continue;
-      }
-      range.matched = true;
-      r.etcd = {1, range.keys, range.bytes, range.limit};
-      ++stats_.lists_matched;
-      return;
+  // The buffer is in end-time order: only the Ranges that ended while the LIST ran are looked
+  // at, newest first, and of the candidates the earliest is taken.
+  Range* best[2] = {nullptr, nullptr};
+  for (auto it = ranges_.rbegin(); it != ranges_.rend() && it->end_ns >= r.start_ns; ++it) {
+    Range& range = *it;
+    if (range.matched || range.end_ns > r.end_ns || range.start_ns < r.start_ns ||
+        range.resource != r.info.resource) {
+      continue;
+    }
+    if (range.namespace_ == r.info.namespace_) {
+      best[0] = &range;
+    } else if (range.namespace_.empty()) {
+      best[1] = &range;
     }
   }
+  Range* range = best[0] ? best[0] : best[1];
+  if (!range) return;
+  range->matched = true;
+  r.etcd = {1, range->keys, range->bytes, range->limit};
+  ++stats_.lists_matched;
 }
 
 }  // namespace stormwatch
