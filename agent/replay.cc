@@ -65,6 +65,43 @@ Result<ReplayOptions> ParseReplayOptions(int argc, char** argv) {
   return o;
 }
 
+Result<ReplayStats> ReplayCapture(CaptureReader& reader, RequestPipeline& pipeline, bool recorded_pace,
+                                  int drain_s) {
+  // The live loop evaluates 10 ms after each second closes; so does the replay, in the
+  // recording's time.
+  constexpr int64_t kSecond = 1'000'000'000, kAfterBucket = 10'000'000;
+  int64_t next_tick = -1;
+  int64_t first_ns = -1, last_ns = 0;
+  const auto wall_start = std::chrono::steady_clock::now();
+  ReplayStats stats;
+  auto advance = [&](int64_t now) {
+    if (next_tick < 0) next_tick = (now / kSecond + 1) * kSecond + kAfterBucket;
+    while (now >= next_tick) {
+      pipeline.Tick(next_tick);
+      next_tick += kSecond;
+    }
+  };
+  while (true) {
+    auto next = reader.Next();
+    if (!next) return Error{next.error()};
+    if (!*next) break;
+    int64_t end = std::visit([](const auto& r) { return static_cast<int64_t>(r.end_ns); }, **next);
+    if (first_ns < 0) first_ns = end;
+    if (recorded_pace) std::this_thread::sleep_until(wall_start + std::chrono::nanoseconds(end - first_ns));
+    advance(end);
+    last_ns = std::max(last_ns, end);
+    if (auto* r = std::get_if<RequestRecord>(&**next)) {
+      ++stats.requests;
+      pipeline.ReplayRequest(std::move(*r));
+    } else {
+      ++stats.etcd_calls;
+      pipeline.ReplayEtcdCall(std::move(std::get<EtcdRequest>(**next)));
+    }
+  }
+  if (first_ns >= 0) advance(last_ns + int64_t{drain_s} * kSecond);
+  return stats;
+}
+
 int RunReplay(const ReplayOptions& options) {
   AgentOptions agent;
   if (!options.config_path.empty()) {
@@ -88,50 +125,19 @@ int RunReplay(const ReplayOptions& options) {
     std::fputc('\n', stdout);
   });
 
-  // The live loop evaluates 10 ms after each second closes; so does the replay, in the
-  // recording's time.
-  constexpr int64_t kSecond = 1'000'000'000, kAfterBucket = 10'000'000;
-  int64_t next_tick = -1;
-  int64_t first_ns = -1, last_ns = 0;
-  const auto wall_start = std::chrono::steady_clock::now();
-  uint64_t requests = 0, etcd = 0;
-  auto advance = [&](int64_t now) {
-    if (next_tick < 0) next_tick = (now / kSecond + 1) * kSecond + kAfterBucket;
-    while (now >= next_tick) {
-      pipeline.Tick(next_tick);
-      next_tick += kSecond;
-    }
-  };
-  while (true) {
-    auto next = (*reader)->Next();
-    if (!next) {
-      std::fprintf(stderr, "stormwatch replay: %s\n", next.error().c_str());
-      return 1;
-    }
-    if (!*next) break;
-    int64_t end = std::visit([](const auto& r) { return static_cast<int64_t>(r.end_ns); }, **next);
-    if (first_ns < 0) first_ns = end;
-    if (options.recorded_pace) {
-      std::this_thread::sleep_until(wall_start + std::chrono::nanoseconds(end - first_ns));
-    }
-    advance(end);
-    last_ns = std::max(last_ns, end);
-    if (auto* r = std::get_if<RequestRecord>(&**next)) {
-      ++requests;
-      pipeline.ReplayRequest(std::move(*r));
-    } else {
-      ++etcd;
-      pipeline.ReplayEtcdCall(std::move(std::get<EtcdRequest>(**next)));
-    }
+  auto stats = ReplayCapture(**reader, pipeline, options.recorded_pace, options.drain_s);
+  if (!stats) {
+    std::fprintf(stderr, "stormwatch replay: %s\n", stats.error().c_str());
+    return 1;
   }
-  if (first_ns >= 0) advance(last_ns + int64_t{options.drain_s} * kSecond);
   std::fflush(stdout);
   if (options.print_metrics) {
     std::string text = prometheus::TextSerializer().Serialize(exporter.registry()->Collect());
     std::fwrite(text.data(), 1, text.size(), stdout);
   }
   std::fprintf(stderr, "stormwatch replay: %llu requests, %llu etcd calls%s\n",
-               static_cast<unsigned long long>(requests), static_cast<unsigned long long>(etcd),
+               static_cast<unsigned long long>(stats->requests),
+               static_cast<unsigned long long>(stats->etcd_calls),
                (*reader)->truncated_tail_bytes() ? " (the last record was cut short and skipped)" : "");
   return 0;
 }

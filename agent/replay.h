@@ -20,6 +20,19 @@ struct ReplayOptions {
   bool print_metrics = true;
 };
 
+class CaptureReader;
+class RequestPipeline;
+
+struct ReplayStats {
+  uint64_t requests = 0;
+  uint64_t etcd_calls = 0;
+};
+// Every record of `reader` into `pipeline` (at the recorded pace, or as fast as it goes),
+// evaluating the detectors at each recorded second, then `drain_s` seconds more. The loop of
+// `stormwatch replay` and of the replay benchmark.
+Result<ReplayStats> ReplayCapture(CaptureReader& reader, RequestPipeline& pipeline, bool recorded_pace,
+                                  int drain_s);
+
 Result<ReplayOptions> ParseReplayOptions(int argc, char** argv);  // argv[1] == "replay"
 std::string ReplayUsage();
 // The exit code: 0, or 1 with the error on stderr.

@@ -1,5 +1,6 @@
 #include "agent/kube/etcd_keys.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -117,16 +118,17 @@ EtcdKey DecodeEtcdKey(std::string_view key, std::string_view range_end, bool tru
     known = out.group == "apiextensions.k8s.io" || out.group == "apiregistration.k8s.io";
     cluster_scoped = known;
   } else {
+    // A built-in's prefix matches whole parts of the key: "services/specs" in
+    // "services/specs/default/kubernetes", never "services/specsX".
     for (const BuiltIn& b : kBuiltIns) {
-      std::vector<std::string_view> bp = Split(b.prefix);
-      if (parts.size() < bp.size()) continue;
-      bool match = true;
-      for (size_t i = 0; i < bp.size(); ++i) match = match && parts[i] == bp[i];
-      if (!match) continue;
+      if (!rest.starts_with(b.prefix) ||
+          (rest.size() > b.prefix.size() && rest[b.prefix.size()] != '/')) {
+        continue;
+      }
       out.resource = b.resource;
       out.group = b.group;
       cluster_scoped = b.cluster_scoped;
-      used = bp.size();
+      used = 1 + static_cast<size_t>(std::count(b.prefix.begin(), b.prefix.end(), '/'));
       known = true;
       break;
     }

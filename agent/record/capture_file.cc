@@ -241,22 +241,23 @@ void CaptureWriter::Rotate() {
   if (!OpenCurrent()) ++stats_.write_errors;
 }
 
-void CaptureWriter::Write(const RequestRecord& r) {
-  pb::Record rec;
-  ToProto(r, rec.mutable_request());
-  std::string bytes = rec.SerializeAsString();
+void CaptureWriter::WriteRecord(const std::string& bytes) {
+  // + the size's varint (at most 10 bytes): a file never outgrows max_file_bytes.
   if (file_bytes_ + bytes.size() + 10 > limits_.max_file_bytes) Rotate();
   WriteFramed(bytes);
   ++stats_.records;
 }
 
+void CaptureWriter::Write(const RequestRecord& r) {
+  pb::Record rec;
+  ToProto(r, rec.mutable_request());
+  WriteRecord(rec.SerializeAsString());
+}
+
 void CaptureWriter::Write(const EtcdRequest& r) {
   pb::Record rec;
   ToProto(r, rec.mutable_etcd());
-  std::string bytes = rec.SerializeAsString();
-  if (file_bytes_ + bytes.size() + 10 > limits_.max_file_bytes) Rotate();
-  WriteFramed(bytes);
-  ++stats_.records;
+  WriteRecord(rec.SerializeAsString());
 }
 
 void CaptureWriter::Flush() {

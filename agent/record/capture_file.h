@@ -57,6 +57,7 @@ class CaptureWriter {
       : path_(std::move(path)), limits_(limits), realtime_offset_ns_(realtime_offset_ns) {}
   bool OpenCurrent();
   void WriteFramed(const std::string& bytes);
+  void WriteRecord(const std::string& bytes);  // a serialized Record, rotating first if full
   void Rotate();
 
   std::string path_;

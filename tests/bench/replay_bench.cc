@@ -16,6 +16,7 @@
 
 #include "agent/pipeline/request_pipeline.h"
 #include "agent/record/capture_file.h"
+#include "agent/replay.h"
 #include "exporters/prometheus_exporter.h"
 
 namespace stormwatch {
@@ -139,23 +140,13 @@ void BM_ReplayPipeline(benchmark::State& state) {
       return;
     }
     state.ResumeTiming();
-    int64_t next_tick = -1;
-    while (true) {
-      auto next = (*reader)->Next();
-      if (!next || !*next) break;
-      int64_t end = std::visit([](const auto& r) { return static_cast<int64_t>(r.end_ns); }, **next);
-      if (next_tick < 0) next_tick = (end / 1'000'000'000 + 1) * 1'000'000'000;
-      while (end >= next_tick) {
-        pipeline.Tick(next_tick);
-        next_tick += 1'000'000'000;
-      }
-      if (auto* r = std::get_if<RequestRecord>(&**next)) {
-        pipeline.ReplayRequest(std::move(*r));
-      } else {
-        pipeline.ReplayEtcdCall(std::move(std::get<EtcdRequest>(**next)));
-      }
-      ++processed;
+    // The loop of `stormwatch replay` itself, as fast as it goes.
+    auto stats = ReplayCapture(**reader, pipeline, /*recorded_pace=*/false, /*drain_s=*/0);
+    if (!stats) {
+      state.SkipWithError(stats.error().c_str());
+      return;
     }
+    processed += stats->requests + stats->etcd_calls;
     state.PauseTiming();
     state.counters["rss_mib"] = static_cast<double>(RssKiB()) / 1024.0;
     state.ResumeTiming();
