@@ -67,6 +67,13 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                     .Help("Consistent LISTs the API server served while etcd was attached on the "
                           "same node, by whether the etcd Range each caused was found.")
                     .Register(*registry_);
+  response_bodies_ = &prometheus::BuildCounter()
+                         .Name("stormwatch_response_bodies_total")
+                         .Help("Write responses whose first bytes were read for object facts "
+                               "(generation, deletionTimestamp, finalizers), by encoding (json, "
+                               "protobuf, other) and result (object, partial: cut before the "
+                               "facts, not_object: Status or List, unreadable).")
+                         .Register(*registry_);
   duration_ = &prometheus::BuildHistogram()
                    .Name("stormwatch_request_duration_seconds")
                    .Help("Time from decoded request headers to the handler's end, by verb and "
@@ -366,6 +373,19 @@ void PrometheusExporter::CountEtcdRange(const std::string& resource, const std::
   auto labels = [&] { return Labels{{"resource", resource}}; };
   ClientCounter(kEtcdRangeKeys, client, admitted, resource, labels).Increment(static_cast<double>(keys));
   ClientCounter(kEtcdRangeBytes, client, admitted, resource, labels).Increment(static_cast<double>(bytes));
+}
+
+void PrometheusExporter::CountResponseBody(std::string_view encoding, std::string_view result) {
+  std::lock_guard lock(mu_);
+  // Both come from fixed vocabularies (BodyEncodingName, BodyFactsResultName): 12 series at most.
+  auto key = std::make_pair(std::string(encoding), std::string(result));
+  auto it = response_body_counters_.find(key);
+  if (it == response_body_counters_.end()) {
+    it = response_body_counters_
+             .emplace(key, &response_bodies_->Add({{"encoding", key.first}, {"result", key.second}}))
+             .first;
+  }
+  it->second->Increment();
 }
 
 void PrometheusExporter::SetEtcdLinks(uint64_t lists, uint64_t matched) {

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -57,6 +58,9 @@ class PrometheusExporter {
   // Consistent LISTs seen with etcd attached, and how many were matched to their etcd Range
   // (cumulative).
   void SetEtcdLinks(uint64_t lists, uint64_t matched);
+  // A write's response body the agent read for object facts: its encoding (json, protobuf,
+  // other) and what it gave (object, partial, not_object, unreadable).
+  void CountResponseBody(std::string_view encoding, std::string_view result);
   // LISTs by how much they cost: consistent (etcd) or from the cache, paginated or not.
   void CountList(const std::string& client, const std::string& group, const std::string& resource,
                  const std::string& scope, const std::string& consistency, bool paginated);
@@ -130,6 +134,8 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Counter>* etcd_range_bytes_;
   prometheus::Family<prometheus::Histogram>* etcd_duration_;
   prometheus::Family<prometheus::Counter>* etcd_links_;
+  prometheus::Family<prometheus::Counter>* response_bodies_;
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*, std::less<>> response_body_counters_;
   std::map<std::string, uint64_t> etcd_links_seen_;
   prometheus::Family<prometheus::Histogram>* duration_;
   prometheus::Family<prometheus::Gauge>* storm_active_;

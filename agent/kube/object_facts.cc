@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/kube/object_facts_protobuf.h"
+
 namespace stormwatch {
 namespace {
 
@@ -104,16 +106,19 @@ class MetadataReader final : public nlohmann::json_sax<Json> {
     return false;  // the cut (or garbage): keep what was complete
   }
 
-  void Fill(ResponseFacts* f) const {
-    const bool object = top_is_object_ && metadata_started_ && kind_ != "Status" &&
-                        !(kind_.size() >= 4 && kind_.compare(kind_.size() - 4, 4, "List") == 0);
-    if (!object) return;
+  BodyFactsResult Fill(ResponseFacts* f) const {
+    if (!top_is_object_) return BodyFactsResult::kUnreadable;
+    if (kind_ == "Status" || (kind_.size() >= 4 && kind_.compare(kind_.size() - 4, 4, "List") == 0)) {
+      return BodyFactsResult::kNotObject;
+    }
+    if (!metadata_started_) return BodyFactsResult::kPartial;
     f->deletion_timestamp = deletion_timestamp_;
     f->object_seen = deletion_timestamp_ || Passed("deletionTimestamp");
     f->generation = generation_.value_or(-1);
     f->resource_version = resource_version_;
     f->finalizers_seen = finalizers_complete_ || Passed("finalizers");
     if (finalizers_complete_) f->finalizers = finalizers_;
+    return f->object_seen ? BodyFactsResult::kObject : BodyFactsResult::kPartial;
   }
 
  private:
@@ -171,22 +176,54 @@ class MetadataReader final : public nlohmann::json_sax<Json> {
   bool finalizers_complete_ = false;
 };
 
-}  // namespace
-
-void ParseObjectFacts(std::string_view body_prefix, ResponseFacts* facts) {
+void ClearObjectFacts(ResponseFacts* facts) {
   facts->object_seen = false;
   facts->generation = -1;
   facts->deletion_timestamp = false;
   facts->finalizers.clear();
   facts->finalizers_seen = false;
   facts->resource_version.clear();
+}
+
+}  // namespace
+
+std::string_view BodyEncodingName(BodyEncoding e) {
+  switch (e) {
+    case BodyEncoding::kJson: return "json";
+    case BodyEncoding::kProtobuf: return "protobuf";
+    case BodyEncoding::kOther: break;
+  }
+  return "other";
+}
+
+std::string_view BodyFactsResultName(BodyFactsResult r) {
+  switch (r) {
+    case BodyFactsResult::kObject: return "object";
+    case BodyFactsResult::kPartial: return "partial";
+    case BodyFactsResult::kNotObject: return "not_object";
+    case BodyFactsResult::kUnreadable: break;
+  }
+  return "unreadable";
+}
+
+BodyFacts ParseObjectFacts(std::string_view body_prefix, ResponseFacts* facts) {
+  ClearObjectFacts(facts);
+  if (IsKubernetesProtobuf(body_prefix)) {
+    BodyFacts out{BodyEncoding::kProtobuf, ParseProtobufObjectFacts(body_prefix, facts)};
+    if (out.result != BodyFactsResult::kObject) ClearObjectFacts(facts);  // nothing half-filled
+    return out;
+  }
+  const size_t first = body_prefix.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos || body_prefix[first] != '{') {
+    return {BodyEncoding::kOther, BodyFactsResult::kUnreadable};
+  }
   MetadataReader reader;
   try {
     Json::sax_parse(body_prefix.begin(), body_prefix.end(), &reader);
   } catch (const Json::exception&) {
     // Garbage the reader did not stop on: keep what it saw before.
   }
-  reader.Fill(facts);
+  return {BodyEncoding::kJson, reader.Fill(facts)};
 }
 
 }  // namespace stormwatch

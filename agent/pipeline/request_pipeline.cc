@@ -277,7 +277,8 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   r.shape = ParseQueryShape(r.info, r.path);
   // Facts from the response body, then the body is gone: it may be a Secret.
   if (!r.response_body_prefix.empty()) {
-    ParseObjectFacts(r.response_body_prefix, &r.response);
+    const BodyFacts body = ParseObjectFacts(r.response_body_prefix, &r.response);
+    exporter_->CountResponseBody(BodyEncodingName(body.encoding), BodyFactsResultName(body.result));
     std::string().swap(r.response_body_prefix);
   }
   NameApfLevels(r.response);

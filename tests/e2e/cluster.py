@@ -118,6 +118,7 @@ class Cluster:
         self.kubectl_bin = resolve_kubectl()
         self.operator_bin = operator_bin or os.path.join(go_out, "runaway-operator")
         self.storm_clients_bin = os.path.join(go_out, "storm-clients")
+        self.crd_controller_bin = os.path.join(go_out, "crd-controller")
         if keep_tmp is None:
             keep_tmp = os.environ.get("STORMWATCH_KEEP_TMP") == "1"
         self.keep_tmp = keep_tmp
@@ -575,6 +576,14 @@ class Cluster:
             argv += ["--max-writes", str(max_writes)]
         argv += list(extra_args)
         return self._spawn(argv, f"operator-{len(self.procs)}.log", stdout=subprocess.PIPE)
+
+    def run_crd_controller(self, command, *args, token_file, content_type="protobuf", duration=30):
+        """Starts a subcommand of tests/clients/crd_controller (client-go, the apiextensions
+        clientset; update-loop, finalizer, delete) as token_file's identity, speaking
+        content_type (protobuf or json). Returns its Popen (stdout = its JSON summary)."""
+        argv = [self.crd_controller_bin, command, "--kubeconfig", self.kubeconfig(token_file),
+                "--content-type", content_type, "--duration", f"{duration}s", *args]
+        return self._spawn(argv, f"crd-{command}-{len(self.procs)}.log", stdout=subprocess.PIPE)
 
     def run_storm_client(self, command, *args, token_file=None, cert=None, duration=30):
         """Starts a subcommand of tests/clients/storm_clients (conflict, throttled, relist, ...: see

@@ -42,6 +42,22 @@ CRD = {
                            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
 }
 COLLECTION = "/apis/%s/%s/namespaces/%s/%s" % (GROUP, VERSION, NS, RESOURCE)
+# The CRDs tests/clients/crd_controller creates and writes (crd() there).
+CRD_GROUP = "stormwatch.test"
+CLEANUP_FINALIZER = "stormwatch.test/cleanup"
+
+
+def stormwatch_crd(plural):
+    kind = plural.capitalize()
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "%ss.%s" % (plural, CRD_GROUP)},
+        "spec": {"group": CRD_GROUP, "scope": "Namespaced",
+                 "names": {"plural": plural + "s", "singular": plural, "kind": kind, "listKind": kind + "List"},
+                 "versions": [{"name": "v1", "served": True, "storage": True,
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                                              "x-kubernetes-preserve-unknown-fields": True}}}]},
+    }
 
 
 def datajob(name):
@@ -294,6 +310,128 @@ class RealApiServer(unittest.TestCase):
         self.assertEqual((firing["client"], firing["group"], firing["resource"]), (writer, GROUP, RESOURCE))
         self.assertEqual({a["client"] for a in self.agent.alerts if a["state"] == "firing"}, {operator, writer})
         print("conflict_storm on the real apiserver after %.1f s: %s" % (at - start, firing["client"]), file=sys.stderr)
+
+    def body_counts(self):
+        out = {}
+        for n, l, v in self.agent.metrics():
+            if n == "stormwatch_response_bodies_total":
+                out[(l["encoding"], l["result"])] = int(v)
+        return out
+
+    def test_protobuf_bodies_give_the_facts_json_gives(self):
+        """client-go controllers of CRDs (the apiextensions clientset) speaking
+        application/vnd.kubernetes.protobuf: their write responses give the agent the same object
+        facts as JSON ones. A metadata-only update loop is called metadata-only with its
+        generation, for the protobuf client and for the same client in JSON side by side; a
+        cleanup controller whose finalizer stops being released, all of its requests and the
+        deletes in protobuf, raises stuck_finalizers naming it and its finalizer."""
+        c = self.c
+        for plural in ("pbloop", "jsonloop"):
+            self.raw("create", "--raw", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "-f", "-",
+                     input=json.dumps(stormwatch_crd(plural)))
+        config = os.path.join(c.tmp, "stormwatch.yaml")
+        with open(config, "w") as f:
+            f.write("detectors:\n  stuck_finalizers:\n    stuck_after_s: 10\n    silent_after_s: 10\n"
+                    "    resolve_s: 10\n")
+        self.start_agent("--config", config)
+        time.sleep(2)
+
+        # §1, metadata-only: both loops write an annotation, never the spec.
+        clients = {"protobuf": sa("platform", "crd-operator"), "json": sa("platform", "crd-operator-json")}
+        bodies_before = self.body_counts()
+        loops = {}
+        for encoding, plural in (("protobuf", "pbloop"), ("json", "jsonloop")):
+            token = c.mint_token("platform", clients[encoding].rsplit(":", 1)[1])
+            loops[encoding] = c.run_crd_controller("update-loop", "--name", plural + "s." + CRD_GROUP,
+                                                   token_file=token, content_type=encoding, duration=14)
+        firing = {}
+        for encoding, client in clients.items():
+            doc, _ = self.agent.wait_alert(lambda a: a["storm"] == "update_loop" and a["state"] == "firing"
+                                           and a["client"] == client, timeout=30)
+            self.assertIsNotNone(doc, "no update_loop for %s: %s" % (client, self.agent.alerts))
+            firing[encoding] = doc
+        summaries = {}
+        for encoding, p in loops.items():
+            out, _ = p.communicate(timeout=30)
+            self.assertEqual(p.returncode, 0, out)
+            summaries[encoding] = json.loads(out.strip().splitlines()[-1])
+        time.sleep(1.5)
+        bodies = delta(self.body_counts(), bodies_before)
+        print("\nprotobuf and JSON update loops: clients %s; response bodies read %s"
+              % ({e: s["requests"] for e, s in summaries.items()}, bodies), file=sys.stderr)
+        for encoding, plural in (("protobuf", "pbloop"), ("json", "jsonloop")):
+            doc, summary = firing[encoding], summaries[encoding]
+            self.assertEqual(summary["content_type"], encoding)
+            self.assertEqual(summary["generations"], [1], summary)  # the spec never changed
+            self.assertEqual((doc["group"], doc["resource"]), ("apiextensions.k8s.io", "customresourcedefinitions"))
+            ev = doc["evidence"]
+            self.assertEqual(ev["metadata_only"], "yes", ev)
+            self.assertEqual([(o["name"], o.get("generation"), o.get("generation_changed")) for o in ev["top_objects"]],
+                             [(plural + "s." + CRD_GROUP, 1, False)], ev)
+            self.assertIn("metadata.generation never changes", doc["summary"])
+        # Every PUT the protobuf client got a 200 for was read as a protobuf object.
+        self.assertGreaterEqual(bodies.get(("protobuf", "object"), 0), summaries["protobuf"]["requests"]["PUT 200"])
+        self.assertEqual(bodies.get(("protobuf", "unreadable"), 0), 0)
+
+        # §5: a cleanup controller, then deletes it keeps up with, then deletes it does not.
+        controller = sa("platform", "crd-cleanup")
+        ctl_token = c.mint_token("platform", "crd-cleanup", pod="crd-cleanup-6b8d9f7c5-hm2rx")
+        admin_token = c.mint_token("platform", "crd-admin")
+        pause = os.path.join(c.tmp, "cleanup-blocked")
+        ctl = c.run_crd_controller("finalizer", "--prefix", "cleanup", "--objects", "16", "--pause-file", pause,
+                                   token_file=ctl_token, duration=150)
+
+        def crds(prefix="cleanup"):
+            names = self.raw("get", "--raw", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+            return {i["metadata"]["name"]: i["metadata"] for i in json.loads(names)["items"]
+                    if i["metadata"]["name"].startswith(prefix)}
+
+        deadline = time.monotonic() + 60
+        while len(crds()) < 16 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        self.assertEqual(len(crds()), 16)
+
+        def delete(first, count):
+            d = c.run_crd_controller("delete", "--prefix", "cleanup", "--from", str(first), "--count", str(count),
+                                     "--interval", "1s", token_file=admin_token, duration=count + 10)
+            out, _ = d.communicate(timeout=count + 20)
+            self.assertEqual(json.loads(out.strip().splitlines()[-1])["requests"], {"DELETE 200": count}, out)
+
+        delete(0, 4)  # released by the controller: gone
+        time.sleep(2)
+        self.assertFalse({"cleanup%02ds.%s" % (i, CRD_GROUP) for i in range(4)} & set(crds()))
+        self.assertEqual([a for a in self.agent.alerts if a["storm"] == "stuck_finalizers"], [])
+
+        open(pause, "w").close()  # the controller blocks on its external call
+        onset = time.monotonic()
+        delete(4, 12)
+        doc, at = self.agent.wait_alert(lambda a: a["storm"] == "stuck_finalizers" and a["state"] == "firing",
+                                        timeout=max(0.0, onset + 45 - time.monotonic()))
+        self.assertIsNotNone(doc, "no stuck_finalizers: %s" % self.agent.alerts)
+        stuck = {n for n, m in crds().items() if m.get("deletionTimestamp")}
+        self.assertGreaterEqual(len(stuck), 10, stuck)
+        self.assertEqual((doc["client"], doc["group"], doc["resource"]),
+                         (controller, "apiextensions.k8s.io", "customresourcedefinitions"))
+        self.assertEqual(doc["identity"]["pod"], "crd-cleanup-6b8d9f7c5-hm2rx")
+        ev = doc["evidence"]
+        self.assertEqual(ev["silent_controller"], controller)
+        self.assertGreaterEqual(ev["stuck_objects"], 1)
+        for example in ev["examples"]:
+            self.assertIn(example["name"], stuck)
+            self.assertIn(CLEANUP_FINALIZER, example["finalizers"])
+        print("stuck_finalizers from protobuf bodies %.1f s after the controller blocked: %s, %d stuck"
+              % (at - onset, doc["client"], ev["stuck_objects"]), file=sys.stderr)
+
+        os.unlink(pause)  # unblocked: the backlog is released
+        stopped = time.monotonic()
+        resolved, _ = self.agent.wait_alert(lambda a: a["storm"] == "stuck_finalizers" and a["state"] == "resolved",
+                                            timeout=10 + 15)
+        self.assertIsNotNone(resolved, "stuck_finalizers never resolved: %s" % self.agent.alerts)
+        print("resolved %.1f s after the controller resumed" % (time.monotonic() - stopped), file=sys.stderr)
+        ctl.terminate()
+        ctl.communicate(timeout=30)
+        self.assertEqual({a["client"] for a in self.agent.alerts}, set(clients.values()) | {controller})
+        self.assertEqual(self.agent.metric_value("stormwatch_capture_lost_total"), 0)
 
 
 if __name__ == "__main__":
