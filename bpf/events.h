@@ -193,6 +193,10 @@ struct sw_tls_close {
 enum sw_grpc_kind {
   SW_GRPC_UNARY = 0,
   SW_GRPC_STREAM = 1,
+  /* One message on an open stream, seen where etcd handles it (no return: 1 hit each). */
+  SW_GRPC_WATCH_CREATE = 2,    /* mvcc.(*watchStream).Watch: key, range end, start revision */
+  SW_GRPC_WATCH_CANCEL = 3,    /* mvcc.(*watchStream).Cancel: the watch ID */
+  SW_GRPC_LEASE_KEEPALIVE = 4, /* etcdserver.(*EtcdServer).LeaseRenew: lease ID, the client */
 };
 
 /* What the BPF program does with a message of one Go type (the eface's type word). */
@@ -266,6 +270,9 @@ struct sw_grpc_call {
   __u64 client_cert_der;      /* where the peer's first certificate (DER) sits in the target */
   __u32 client_cert_der_len;
   __u32 pad;
+  __u64 stream;               /* WATCH_*: the mvcc watch stream (one per gRPC Watch stream) */
+  __s64 id;                   /* WATCH_CREATE: requested watch ID; CANCEL: its ID; LEASE: lease ID */
+  __s64 rev;                  /* WATCH_CREATE: start revision (0: from now) */
   char method[SW_GRPC_METHOD_MAX];
   __u8 msg[SW_GRPC_MSG_MAX];
   __u8 key[SW_ETCD_KEY_MAX];

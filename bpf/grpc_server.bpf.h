@@ -11,7 +11,13 @@
  *
  * Go register ABI (amd64), unary closure: ctx in RAX/RBX, req in RCX/RDI, info in RSI; results
  * resp in RAX/RBX, err in RCX/RDI. Stream closure: srv RAX/RBX, ss RCX/RDI, info RSI; result
- * err RAX/RBX. R14 holds the goroutine: the key that pairs entry and return in user space. */
+ * err RAX/RBX. R14 holds the goroutine: the key that pairs entry and return in user space.
+ *
+ * Messages on open streams, 1 hit each at the etcd function that handles them (no return):
+ * mvcc.(*watchStream).Watch(id, key, end []byte, startRev, fcs...) has ws RAX, id RBX, key
+ * RCX/RDI (ptr, len), end R8/R9, startRev R11; (*watchStream).Cancel(id) ws RAX, id RBX;
+ * etcdserver.(*EtcdServer).LeaseRenew(ctx, id) ctx RBX/RCX (the LeaseKeepAlive stream's
+ * context: the client's peer), id RDI. */
 
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -297,4 +303,89 @@ SEC("uprobe")
 int BPF_UPROBE(grpc_stream_return) {
   count(&hits, 9);
   return emit_grpc_done(ctx, SW_GRPC_STREAM);
+}
+
+/* Copies `len` bytes at `ptr` (a Go []byte's data) into out; returns bytes copied. */
+static __always_inline __u16 copy_bytes(__u64 ptr, __u64 len, __u8 *out, __u32 *total) {
+  *total = 0;
+  if (!ptr || len == 0 || len > (1u << 30)) return 0;
+  *total = len;
+  __u32 n = len > SW_ETCD_KEY_MAX ? SW_ETCD_KEY_MAX : (__u32)len;
+  if (bpf_probe_read_user(out, n & (SW_ETCD_KEY_MAX - 1 | SW_ETCD_KEY_MAX), (void *)ptr)) return 0;
+  return n;
+}
+
+/* One stream message: the event of a call with no message struct copied. */
+static __always_inline struct sw_grpc_call *begin_stream_message(struct pt_regs *ctx, __u8 kind,
+                                                                 const struct sw_grpc_offsets **off) {
+  __u32 slot = (__u32)bpf_get_attach_cookie(ctx);
+  *off = bpf_map_lookup_elem(&grpc_offsets, &slot);
+  __u32 zero = 0;
+  struct sw_grpc_call *e = bpf_map_lookup_elem(&grpc_call_scratch, &zero);
+  if (!*off || !e) return 0;
+  e->hdr.type = SW_EV_GRPC_CALL;
+  e->hdr.tgid = bpf_get_current_pid_tgid() >> 32;
+  e->hdr.ts_ns = bpf_ktime_get_ns();
+  e->hdr.conn = ctx->r14;
+  e->hdr.stream_id = 0;
+  e->hdr.target = slot;
+  e->kind = kind;
+  e->method_len = 0;
+  e->msg_type = 0;
+  e->msg_len = e->key_len = e->end_len = 0;
+  e->key_total = e->end_total = 0;
+  e->peer.ip_len = 0;
+  e->client_cert_der = 0;
+  e->client_cert_der_len = 0;
+  e->stream = 0;
+  e->id = 0;
+  e->rev = 0;
+  return e;
+}
+
+static __always_inline void end_stream_message(struct sw_grpc_call *e) {
+  if (bpf_ringbuf_output(&events, e, sizeof(*e), BPF_RB_NO_WAKEUP)) count(&drops, SW_DROP_RINGBUF_FULL);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(etcd_watch_create) {
+  if (stack_will_grow(ctx)) return 0;
+  count(&hits, 10);
+  const struct sw_grpc_offsets *off;
+  struct sw_grpc_call *e = begin_stream_message(ctx, SW_GRPC_WATCH_CREATE, &off);
+  if (!e) return 0;
+  e->stream = ctx->ax;
+  e->id = (__s64)ctx->bx;
+  e->rev = (__s64)ctx->r11;
+  e->key_len = copy_bytes(ctx->cx, ctx->di, e->key, &e->key_total);
+  e->end_len = copy_bytes(ctx->r8, ctx->r9, e->end, &e->end_total);
+  end_stream_message(e);
+  return 0;
+}
+
+SEC("uprobe")
+int BPF_UPROBE(etcd_watch_cancel) {
+  if (stack_will_grow(ctx)) return 0;
+  count(&hits, 11);
+  const struct sw_grpc_offsets *off;
+  struct sw_grpc_call *e = begin_stream_message(ctx, SW_GRPC_WATCH_CANCEL, &off);
+  if (!e) return 0;
+  e->stream = ctx->ax;
+  e->id = (__s64)ctx->bx;
+  end_stream_message(e);
+  return 0;
+}
+
+SEC("uprobe")
+int BPF_UPROBE(etcd_lease_renew) {
+  if (stack_will_grow(ctx)) return 0;
+  count(&hits, 12);
+  const struct sw_grpc_offsets *off;
+  struct sw_grpc_call *e = begin_stream_message(ctx, SW_GRPC_LEASE_KEEPALIVE, &off);
+  if (!e) return 0;
+  e->id = (__s64)ctx->di;
+  struct go_iface call_ctx = {.itab = ctx->bx, .data = ctx->cx};
+  read_grpc_peer(call_ctx, off, e);
+  end_stream_message(e);
+  return 0;
 }

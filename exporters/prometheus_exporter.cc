@@ -10,7 +10,7 @@ constexpr const char* kClientFamilyNames[] = {
     "stormwatch_list_requests_total", "stormwatch_apf_requests_total",
     "stormwatch_throttled_requests_total", "stormwatch_watches_total",
     "stormwatch_etcd_requests_total", "stormwatch_etcd_range_keys_total",
-    "stormwatch_etcd_range_bytes_total"};
+    "stormwatch_etcd_range_bytes_total", "stormwatch_etcd_stream_messages_total"};
 constexpr char kExemptFamilyName[] = "stormwatch_exempt_client_requests_per_second";
 
 std::string OrUnknown(const std::string& value) { return value.empty() ? "unknown" : value; }
@@ -57,6 +57,13 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                            .Help("Key and value bytes etcd Range calls returned, by resource and "
                                  "client.")
                            .Register(*registry_);
+  etcd_stream_messages_ = &prometheus::BuildCounter()
+                              .Name("stormwatch_etcd_stream_messages_total")
+                              .Help("Messages on open etcd streams, seen where etcd handles them: "
+                                    "watch_create (by the watched key's resource), watch_cancel, "
+                                    "lease_keepalive (by client certificate CN; watch messages "
+                                    "carry no client).")
+                              .Register(*registry_);
   etcd_duration_ = &prometheus::BuildHistogram()
                         .Name("stormwatch_etcd_request_duration_seconds")
                         .Help("Time etcd took for a unary gRPC call, from its interceptor's "
@@ -162,7 +169,7 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                         .Register(*registry_);
 
   client_families_ = {requests_, response_bytes_, lists_, apf_, throttled_, watches_,
-                      etcd_requests_, etcd_range_keys_, etcd_range_bytes_};
+                      etcd_requests_, etcd_range_keys_, etcd_range_bytes_, etcd_stream_messages_};
   for (size_t f = 0; f < kClientFamilyCount; ++f) {
     client_series_gauges_[f] = &client_series_->Add({{"metric", kClientFamilyNames[f]}});
     folded_counters_[f] = &series_folded_->Add({{"metric", kClientFamilyNames[f]}});
@@ -363,6 +370,16 @@ void PrometheusExporter::CountEtcdRequest(const std::string& method, const std::
   bool admitted = cap_.Admit(client, /*is_request=*/false);
   ClientCounter(kEtcdRequests, client, admitted, key, [&] {
     return Labels{{"method", method}, {"resource", resource}, {"code", code}};
+  }).Increment();
+}
+
+void PrometheusExporter::CountEtcdStreamMessage(const std::string& method, const std::string& message,
+                                                const std::string& resource, const std::string& client) {
+  std::string key = method + '\x1f' + message + '\x1f' + resource;
+  std::lock_guard lock(mu_);
+  bool admitted = cap_.Admit(client, /*is_request=*/false);
+  ClientCounter(kEtcdStreamMessages, client, admitted, key, [&] {
+    return Labels{{"method", method}, {"message", message}, {"resource", resource}};
   }).Increment();
 }
 

@@ -51,6 +51,11 @@ class PrometheusExporter {
   // ("other" outside /registry), the client (certificate CN) and gRPC code name.
   void CountEtcdRequest(const std::string& method, const std::string& resource,
                         const std::string& client, const std::string& code);
+  // One message on an open etcd stream (message: watch_create, watch_cancel, lease_keepalive);
+  // resource: a watch create's key, "" otherwise; client: "" where etcd's code does not have it
+  // (watch messages are handled on a goroutine of their own, without the stream's context).
+  void CountEtcdStreamMessage(const std::string& method, const std::string& message,
+                              const std::string& resource, const std::string& client);
   // What a Range returned: keys and their key + value bytes.
   void CountEtcdRange(const std::string& resource, const std::string& client, uint64_t keys,
                       uint64_t bytes);
@@ -106,7 +111,7 @@ class PrometheusExporter {
   // Families with a `client` label, in the order of kClientFamilyNames.
   enum ClientFamily : size_t {
     kRequests, kResponseBytes, kLists, kApf, kThrottled, kWatches, kEtcdRequests,
-    kEtcdRangeKeys, kEtcdRangeBytes, kClientFamilyCount
+    kEtcdRangeKeys, kEtcdRangeBytes, kEtcdStreamMessages, kClientFamilyCount
   };
   // Per client, its counters in each client family by their other labels (a key).
   using ClientCounters =
@@ -132,6 +137,7 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Counter>* etcd_requests_;
   prometheus::Family<prometheus::Counter>* etcd_range_keys_;
   prometheus::Family<prometheus::Counter>* etcd_range_bytes_;
+  prometheus::Family<prometheus::Counter>* etcd_stream_messages_;
   prometheus::Family<prometheus::Histogram>* etcd_duration_;
   prometheus::Family<prometheus::Counter>* etcd_links_;
   prometheus::Family<prometheus::Counter>* response_bodies_;

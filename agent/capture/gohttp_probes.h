@@ -52,6 +52,12 @@ struct GrpcProbeSites {
   std::vector<uint64_t> unary_returns;
   std::vector<EntryProbeSite> stream_entries;
   std::vector<uint64_t> stream_returns;
+  // Messages on open streams, 1 entry hit each: mvcc.(*watchStream).Watch and .Cancel,
+  // etcdserver.(*EtcdServer).LeaseRenew (empty when not found: streams are then seen only when
+  // they open and close).
+  std::vector<EntryProbeSite> watch_creates;
+  std::vector<EntryProbeSite> watch_cancels;
+  std::vector<EntryProbeSite> lease_renews;
   sw_grpc_offsets offsets{};  // type addresses as the target has them mapped (load bias added)
   // The messages the programs copy: runtime address of *T's descriptor -> what to copy.
   std::vector<std::pair<uint64_t, sw_grpc_message>> messages;
@@ -101,8 +107,9 @@ class GoHttpProbes {
 
   DropCounts ReadDrops() const;
   // Probe hits: processHeaders, handlerDone, HTTP/1.1 read entry, read return, write, close;
-  // etcd's gRPC unary entry, unary return, stream entry, stream return.
-  static constexpr size_t kProbeCount = 10;
+  // etcd's gRPC unary entry, unary return, stream entry, stream return, watch create, watch
+  // cancel, lease renew.
+  static constexpr size_t kProbeCount = 13;
   static const char* ProbeName(size_t i);
   std::array<uint64_t, kProbeCount> ReadHits() const;
 

@@ -247,6 +247,45 @@ bool HasEtcdServer(const GoBinary& binary) {
 
 namespace {
 constexpr int32_t kGrpcInterceptorArgs = 16 + 16 + 8 + 8;  // (ctx|srv, req|ss, info, handler)
+// (ws) Watch(id WatchID, key, end []byte, startRev int64, fcs ...FilterFunc): fcs on the stack.
+constexpr int32_t kWatchArgs = 8 + 8 + 24 + 24 + 8 + 24;
+constexpr int32_t kWatchCancelArgs = 8 + 8;      // (ws) Cancel(id WatchID)
+constexpr int32_t kLeaseRenewArgs = 8 + 16 + 8;  // (s *EtcdServer) LeaseRenew(ctx, id LeaseID)
+
+// The etcd functions that handle one message of an open stream, found by package suffix (module
+// builds: go.etcd.io/etcd/server/v3/mvcc; 3.4 and Debian's GOPATH builds: .../etcd/mvcc,
+// .../etcd/server/mvcc). Missing or of another shape: a caveat, streams are still seen whole.
+void PlanStreamMessageProbes(const GoBinary& binary, GrpcProbeSites* sites, std::vector<std::string>* caveats) {
+  struct Wanted {
+    std::string_view suffix;
+    int32_t args;
+    const char* signature;
+    std::vector<EntryProbeSite>* entries;
+  };
+  const Wanted wanted[] = {
+      {"/mvcc.(*watchStream).Watch", kWatchArgs, "Watch(id, key, end, startRev, fcs...)", &sites->watch_creates},
+      {"/mvcc.(*watchStream).Cancel", kWatchCancelArgs, "Cancel(id)", &sites->watch_cancels},
+      {"/etcdserver.(*EtcdServer).LeaseRenew", kLeaseRenewArgs, "LeaseRenew(ctx, id)", &sites->lease_renews},
+  };
+  for (const Wanted& w : wanted) {
+    std::string problem = "not found";
+    for (const GoFunction& fn : binary.functions()) {
+      if (!fn.name.starts_with("go.etcd.io/etcd/") || !fn.name.ends_with(w.suffix)) continue;
+      problem = CheckFunctionShape(fn, w.args, w.signature);
+      if (!problem.empty()) break;
+      auto entry = binary.EntryProbeSiteOf(fn);
+      if (!entry) {
+        problem = entry.error();
+        break;
+      }
+      w.entries->push_back(*entry);
+    }
+    if (w.entries->empty()) {
+      caveats->push_back("etcd stream messages of " + std::string(w.suffix.substr(1)) +
+                         " not seen (" + problem + ")");
+    }
+  }
+}
 
 // etcd's gRPC calls at go-grpc-prometheus's interceptors. nullopt (with `why`) when the
 // closures or the fields are not there: etcd is then captured at its HTTP/2 server, per method.
@@ -297,6 +336,7 @@ std::optional<GoHttp2ProbePlan::Grpc> PlanGrpcProbes(const GoBinary& binary, con
   }
   g.sites.offsets = layout->offsets;
   g.layout = std::move(*layout);
+  PlanStreamMessageProbes(binary, &g.sites, &g.layout.caveats);
   return g;
 }
 }  // namespace

@@ -52,11 +52,22 @@ struct EtcdKey {
   std::string key_prefix;  // the resource's prefix as read: "/registry/services/specs/"
 };
 
+// One message on an open stream, seen where etcd handles it (not a call of its own).
+enum class EtcdStreamMessage : uint8_t {
+  kNone,            // a unary call, or a stream opened and closed
+  kWatchCreate,     // a WatchCreateRequest: key, range end, start revision (`revision`)
+  kWatchCancel,     // a WatchCancelRequest
+  kLeaseKeepAlive,  // a LeaseKeepAliveRequest: the lease renewed (`lease_id`)
+};
+
 struct EtcdRequest {
   uint32_t pid = 0;
   uint64_t start_ns = 0;  // CLOCK_MONOTONIC at the interceptor's entry and return
   uint64_t end_ns = 0;
   bool stream = false;    // a streaming call (Watch, LeaseKeepAlive): opened at start, closed at end
+  EtcdStreamMessage stream_message = EtcdStreamMessage::kNone;  // start_ns == end_ns when set
+  int64_t watch_id = 0;   // kWatchCreate: the ID asked for (0: etcd picks); kWatchCancel: the ID
+  int64_t lease_id = 0;   // kLeaseKeepAlive
   std::string method;     // "/etcdserverpb.KV/Range"
   EtcdMessage request = EtcdMessage::kOther;
   // The key and range end as sent (at most SW_ETCD_KEY_MAX bytes kept of each). Keys name
@@ -65,7 +76,7 @@ struct EtcdRequest {
   bool key_truncated = false;
   EtcdKey decoded;
   int64_t limit = 0;
-  int64_t revision = 0;   // 0: the newest (a linearizable read unless serializable)
+  int64_t revision = 0;   // 0: the newest (a linearizable read unless serializable); a watch's start
   bool serializable = false, keys_only = false, count_only = false;
   // The response: RangeResponse's count, kvs and their key + value bytes, more; Txn's outcome.
   int64_t count = -1;
@@ -78,6 +89,17 @@ struct EtcdRequest {
   RequestConnection connection;  // pid and where the peer's certificate sits in the target
   Identity identity;             // the client (its certificate CN), filled by the pipeline
 };
+
+// Label values of stormwatch_etcd_stream_messages_total's `message`.
+inline const char* EtcdStreamMessageName(EtcdStreamMessage m) {
+  switch (m) {
+    case EtcdStreamMessage::kWatchCreate: return "watch_create";
+    case EtcdStreamMessage::kWatchCancel: return "watch_cancel";
+    case EtcdStreamMessage::kLeaseKeepAlive: return "lease_keepalive";
+    case EtcdStreamMessage::kNone: break;
+  }
+  return "";
+}
 
 // "OK", "NotFound", ... as go-grpc-prometheus labels grpc_code (codes.Code.String());
 // "Unknown" for -1, as status.FromError names an error without a status.

@@ -41,6 +41,16 @@ Result<GrpcEvent> DecodeGrpcEvent(std::span<const uint8_t> bytes) {
     c.goroutine = e.hdr.conn;
     c.ts_ns = e.hdr.ts_ns;
     c.stream = e.kind == SW_GRPC_STREAM;
+    switch (e.kind) {
+      case SW_GRPC_UNARY:
+      case SW_GRPC_STREAM: break;
+      case SW_GRPC_WATCH_CREATE: c.message = EtcdStreamMessage::kWatchCreate; break;
+      case SW_GRPC_WATCH_CANCEL: c.message = EtcdStreamMessage::kWatchCancel; break;
+      case SW_GRPC_LEASE_KEEPALIVE: c.message = EtcdStreamMessage::kLeaseKeepAlive; break;
+      default: return Error{"gRPC call event of an unknown kind"};
+    }
+    c.id = e.id;
+    c.rev = e.rev;
     c.method.assign(e.method, e.method_len);
     c.msg_type = e.msg_type;
     c.msg.assign(reinterpret_cast<const char*>(e.msg), e.msg_len);
@@ -125,6 +135,10 @@ void GrpcCalls::ForgetProcess(uint32_t tgid) {
 }
 
 void GrpcCalls::OnCall(GrpcCallEvent call) {
+  if (call.message != EtcdStreamMessage::kNone) {
+    OnStreamMessage(std::move(call));
+    return;
+  }
   Key k{call.tgid, call.goroutine};
   if (auto it = pending_.find(k); it != pending_.end()) {
     // The goroutine's last call never returned in our sight (a lost event): the new one wins.
@@ -139,6 +153,32 @@ void GrpcCalls::OnCall(GrpcCallEvent call) {
   }
   order_.emplace_back(k, std::move(call));
   pending_[k] = std::prev(order_.end());
+}
+
+// A message on an open stream is complete when seen: named by its stream's method.
+void GrpcCalls::OnStreamMessage(GrpcCallEvent call) {
+  EtcdRequest r;
+  r.pid = call.tgid;
+  r.start_ns = r.end_ns = call.ts_ns;
+  r.stream = true;
+  r.stream_message = call.message;
+  r.method = call.message == EtcdStreamMessage::kLeaseKeepAlive ? "/etcdserverpb.Lease/LeaseKeepAlive"
+                                                                 : "/etcdserverpb.Watch/Watch";
+  if (call.message == EtcdStreamMessage::kLeaseKeepAlive) {
+    r.lease_id = call.id;
+  } else {
+    r.watch_id = call.id;
+  }
+  if (call.message == EtcdStreamMessage::kWatchCreate) r.revision = call.rev;
+  r.peer_address = std::move(call.peer_address);
+  r.connection.pid = call.tgid;
+  r.connection.client_cert_der = call.client_cert_der;
+  r.connection.client_cert_der_len = call.client_cert_der_len;
+  r.key_truncated = call.key_total > call.key.size() || call.end_total > call.range_end.size();
+  r.key = std::move(call.key);
+  r.range_end = std::move(call.range_end);
+  ++stats_.stream_messages;
+  sink_(r);
 }
 
 void GrpcCalls::OnDone(const GrpcDoneEvent& done) {

@@ -26,6 +26,9 @@ struct GrpcCallEvent {
   uint64_t goroutine = 0;
   uint64_t ts_ns = 0;
   bool stream = false;
+  EtcdStreamMessage message = EtcdStreamMessage::kNone;  // set: one message, no return follows
+  int64_t id = 0;             // watch ID or lease ID
+  int64_t rev = 0;            // a watch's start revision
   std::string method;
   uint64_t msg_type = 0;
   std::string msg;            // the request struct's bytes
@@ -53,6 +56,7 @@ Result<GrpcEvent> DecodeGrpcEvent(std::span<const uint8_t> bytes);
 
 struct GrpcCallStats {
   uint64_t calls = 0;                 // joined, emitted
+  uint64_t stream_messages = 0;       // watch creates/cancels and lease keepalives, emitted
   uint64_t returns_without_call = 0;  // a return whose entry was not seen (agent started mid-call)
   uint64_t calls_evicted = 0;         // pending calls dropped to stay within max_pending
 };
@@ -69,6 +73,7 @@ class GrpcCalls {
   }
   void ForgetProcess(uint32_t tgid);
 
+  // A unary call or stream waits for its return; a stream message is emitted at once.
   void OnCall(GrpcCallEvent call);
   void OnDone(const GrpcDoneEvent& done);
 
@@ -76,6 +81,7 @@ class GrpcCalls {
   size_t pending() const { return pending_.size(); }
 
  private:
+  void OnStreamMessage(GrpcCallEvent call);
   struct Key {
     uint32_t tgid;
     uint64_t goroutine;

@@ -134,6 +134,7 @@ void ToProto(const EtcdRequest& r, pb::EtcdCall* out) {
   out->set_code(r.code);
   out->set_peer_address(r.peer_address);
   ToProto(r.identity, out->mutable_identity());
+  out->set_stream_message(static_cast<uint32_t>(r.stream_message));
 }
 
 EtcdRequest FromProto(const pb::EtcdCall& p) {
@@ -165,6 +166,9 @@ EtcdRequest FromProto(const pb::EtcdCall& p) {
   r.code = p.code();
   r.peer_address = p.peer_address();
   r.identity = FromProto(p.identity());
+  r.stream_message = p.stream_message() <= static_cast<uint32_t>(EtcdStreamMessage::kLeaseKeepAlive)
+                         ? static_cast<EtcdStreamMessage>(p.stream_message())
+                         : EtcdStreamMessage::kNone;
   return r;
 }
 

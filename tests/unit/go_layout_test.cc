@@ -514,6 +514,10 @@ TEST_P(DebianEtcd, TypeDataReadLayoutDerivedRoleFromItsCode) {
   EXPECT_EQ(plan.problem, "") << "every optional part found";
   EXPECT_FALSE(plan.grpc->sites.unary_returns.empty());
   EXPECT_FALSE(plan.grpc->sites.stream_returns.empty());
+  // Messages on open streams: one function each, of the shape the programs read.
+  EXPECT_EQ(plan.grpc->sites.watch_creates.size(), 1u);
+  EXPECT_EQ(plan.grpc->sites.watch_cancels.size(), 1u);
+  EXPECT_EQ(plan.grpc->sites.lease_renews.size(), 1u);
   // The offsets the BPF program reads, as the type data of these builds has them (the dump of
   // their descriptors; etcd's release binaries carry no DWARF to compare with).
   const sw_grpc_offsets& o = plan.grpc->sites.offsets;

@@ -202,5 +202,52 @@ TEST(PipelineEtcd, ResourceLabelsAreBounded) {
   EXPECT_NE(m.find(R"(stormwatch_etcd_requests_total{client="unknown",code="OK",method="/etcdserverpb.KV/Range",resource="other"} 88)"), std::string::npos) << m;
 }
 
+// One message of an open stream (no return follows), as the watch and lease programs send it.
+std::vector<uint8_t> StreamMessage(uint8_t kind, uint64_t ts, const std::string& key, const std::string& end,
+                                   int64_t id, int64_t rev, uint64_t cert = 0) {
+  std::vector<uint8_t> out = Call(9, ts, "", 0, key, end, 0, cert);
+  sw_grpc_call e;
+  std::memcpy(&e, out.data(), sizeof(e));
+  e.kind = kind;
+  e.msg_len = 0;
+  e.stream = 0xc000123000;
+  e.id = id;
+  e.rev = rev;
+  std::memcpy(out.data(), &e, sizeof(e));
+  return out;
+}
+
+TEST(PipelineEtcd, StreamMessagesAreCountedAsTheyCome) {
+  PrometheusExporter exporter;
+  auto cert_identity = [](const RequestConnection& c) -> std::optional<Identity> {
+    if (c.client_cert_der != 0xcafe) return std::nullopt;
+    Identity id;
+    id.kind = Identity::Kind::kUser;
+    id.user = "kube-apiserver-etcd-client";
+    return id;
+  };
+  RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {},
+                           AssemblerLimits{}, ConnectionLookups{.identity = cert_identity});
+  pipeline.SetTargetRole(42, TargetRole::kEtcd);
+  pipeline.SetEtcdMessageTypes(42, Types());
+  for (int i = 0; i < 3; ++i) {
+    pipeline.OnEvent(StreamMessage(SW_GRPC_WATCH_CREATE, 100 + i, "/registry/configmaps/", "/registry/configmaps0", 0, 812));
+  }
+  pipeline.OnEvent(StreamMessage(SW_GRPC_WATCH_CREATE, 200, "/registry/example.com/widgets/ns/w", "", 0, 0));
+  pipeline.OnEvent(StreamMessage(SW_GRPC_WATCH_CANCEL, 300, "", "", 5, 0));
+  for (int i = 0; i < 4; ++i) pipeline.OnEvent(StreamMessage(SW_GRPC_LEASE_KEEPALIVE, 400 + i, "", "", 0x694d7a1b, 0, 0xcafe));
+  std::string bad = std::string(reinterpret_cast<const char*>(StreamMessage(9, 500, "", "", 0, 0).data()), sizeof(sw_grpc_call));
+  pipeline.OnEvent(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bad.data()), bad.size()));
+  std::string m = Metrics(exporter);
+  EXPECT_NE(m.find(R"(stormwatch_etcd_stream_messages_total{client="unknown",message="watch_create",method="/etcdserverpb.Watch/Watch",resource="configmaps"} 3)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_etcd_stream_messages_total{client="unknown",message="watch_create",method="/etcdserverpb.Watch/Watch",resource="widgets.example.com"} 1)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_etcd_stream_messages_total{client="unknown",message="watch_cancel",method="/etcdserverpb.Watch/Watch",resource=""} 1)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_etcd_stream_messages_total{client="kube-apiserver-etcd-client",message="lease_keepalive",method="/etcdserverpb.Lease/LeaseKeepAlive",resource=""} 4)"), std::string::npos) << m;
+  // Not calls: etcd's call counts are for whole streams.
+  EXPECT_EQ(m.find("stormwatch_etcd_requests_total{"), std::string::npos) << m;
+  EXPECT_EQ(m.find("/registry"), std::string::npos);
+  EXPECT_EQ(pipeline.stats().decode_errors, 1u);
+}
+
 }  // namespace
 }  // namespace stormwatch
