@@ -17,11 +17,15 @@ runs etcd, and the test API server in front of it:
     (1), exactly;
   - a client talking to etcd directly (etcdctl with its own certificate, CN=etcd-debug-user)
     is named, and what its Ranges returned is exact: keys and key + value bytes as etcdctl's
-    own JSON output counts them, for a prefix read, a paginated read and a keys-only read.
+    own JSON output counts them, for a prefix read, a paginated read and a keys-only read;
+  - messages on open streams are seen one by one: 3 lease keep-alives of the direct client, by
+    its certificate, equal etcd's grpc_server_msg_received_total{grpc_method="LeaseKeepAlive"},
+    and the watch creates and cancels (etcdctl's, the API server's) equal its Watch messages.
 """
 import base64
 import json
 import os
+import subprocess
 import sys
 import time
 import unittest
@@ -163,6 +167,54 @@ class EtcdMatrix(unittest.TestCase):
         self.assertEqual(debug_bytes, expected_bytes)
         # The API server's LIST of the namespace's configmaps read 5 of them from etcd at least.
         self.assertGreaterEqual(delta(keys_after, keys_before).get((APISERVER_CN, "configmaps"), 0), 5)
+        # Messages on open streams, as etcd counts what it received on them.
+        def stream_counts():
+            last = None
+            for _ in range(20):
+                theirs = {}
+                for name, labels, value in parse_metrics(c.etcd_metrics()):
+                    if name == "grpc_server_msg_received_total" and labels.get("grpc_method") in ("Watch", "LeaseKeepAlive"):
+                        theirs[labels["grpc_method"]] = int(value)
+                ours = {}
+                for name, labels, value in agent.metrics():
+                    if name == "stormwatch_etcd_stream_messages_total":
+                        ours[(labels["message"], labels["resource"], labels["client"])] = int(value)
+                if (theirs, ours) == last:
+                    return last
+                last = (theirs, ours)
+                time.sleep(0.5)
+            return last
+
+        streams_before = stream_counts()
+        r = c.etcdctl("lease", "grant", "60", cert=cert, key=key)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lease = r.stdout.split()[1]  # "lease 694d7a1b2c3d4e5f granted with TTL(60s)"
+        for _ in range(3):
+            r = c.etcdctl("lease", "keep-alive", "--once", lease, cert=cert, key=key)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        watch = subprocess.Popen(["etcdctl", "--endpoints", c.etcd_url, "--cacert", c.ca_file, "--cert", cert,
+                                  "--key", key, "watch", "--prefix", prefix],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, "ETCDCTL_API": "3"})
+        time.sleep(1.5)
+        r = c.kubectl("label", "--overwrite", "configmap", "cm-1", "-n", "etcd-matrix", "round=watched",
+                      kubeconfig=kubeconfig)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        time.sleep(1)
+        watch.terminate()
+        out, _ = watch.communicate(timeout=10)
+        self.assertIn("round", out)  # the watch saw the label change
+        (theirs_after, ours_after), (theirs_before, ours_before) = stream_counts(), streams_before
+        their_streams = delta(theirs_after, theirs_before)
+        our_streams = delta(ours_after, ours_before)
+        self.assertEqual(their_streams.get("LeaseKeepAlive"), 3, their_streams)
+        self.assertEqual({k: n for k, n in our_streams.items() if k[0] == "lease_keepalive"},
+                         {("lease_keepalive", "", DEBUG_CN): 3}, our_streams)
+        # Every Watch message etcd received was a create or a cancel the agent saw.
+        self.assertEqual(sum(n for k, n in our_streams.items() if k[0].startswith("watch_")),
+                         their_streams.get("Watch", 0), (our_streams, their_streams))
+        self.assertGreaterEqual(our_streams.get(("watch_create", "configmaps", "unknown"), 0), 1, our_streams)
+
         hits = {l["probe"]: int(v) for n, l, v in agent.metrics() if n == "stormwatch_probe_hits_total"}
         self.assertEqual(hits.get("grpc_unary_enter"), hits.get("grpc_unary_return"), hits)
         self.assertEqual(hits.get("http2_process_headers", 0), hits.get("http2_handler_done", 0), hits)

@@ -225,6 +225,24 @@ class RealApiServer(unittest.TestCase):
         print("\nreal apiserver: %d resource requests, %d series equal to apiserver_request_total; "
               "identities equal to the audit log: %s" % (total, len(theirs), named), file=sys.stderr)
 
+    def agent_etcd_by_resource(self):
+        """The agent's etcd calls of the API server: {(method, resource): count}."""
+        out = {}
+        for n, l, v in self.agent.metrics():
+            if n == "stormwatch_etcd_requests_total" and l["client"] == "kube-apiserver-etcd-client":
+                out[(l["method"], l["resource"])] = out.get((l["method"], l["resource"]), 0) + int(v)
+        return out
+
+    def server_etcd_by_resource(self):
+        """The server's own etcd_request_duration_seconds_count: {(operation, resource): count}."""
+        out = {}
+        for name, labels, value in parse_metrics(self.c.apiserver_metrics()):
+            if name == "etcd_request_duration_seconds_count" and value:
+                # Kubernetes 1.36 labels operation, group, resource (older: type).
+                gr = labels["resource"] + ("." + labels["group"] if labels.get("group") else "")
+                out[(labels["operation"], gr)] = out.get((labels["operation"], gr), 0) + int(value)
+        return out
+
     def test_etcd_side_of_the_lists(self):
         """With etcd attached too: every consistent LIST the real server serves is matched to the
         etcd Range it caused, the Range's resource is the CRD's group-resource, and the agent's
@@ -242,21 +260,7 @@ class RealApiServer(unittest.TestCase):
                     out[l["result"]] = int(v)
             return out
 
-        def etcd_by_resource():
-            out = {}
-            for n, l, v in self.agent.metrics():
-                if n == "stormwatch_etcd_requests_total" and l["client"] == "kube-apiserver-etcd-client":
-                    out[(l["method"], l["resource"])] = out.get((l["method"], l["resource"]), 0) + int(v)
-            return out
-
-        def server_etcd():
-            out = {}
-            for name, labels, value in parse_metrics(c.apiserver_metrics()):
-                if name == "etcd_request_duration_seconds_count" and value:
-                    # Kubernetes 1.36 labels operation, group, resource (older: type).
-                    gr = labels["resource"] + ("." + labels["group"] if labels.get("group") else "")
-                    out[(labels["operation"], gr)] = int(value)
-            return out
+        etcd_by_resource, server_etcd = self.agent_etcd_by_resource, self.server_etcd_by_resource
 
         time.sleep(1.5)
         links_before, ours_before, theirs_before = links(), etcd_by_resource(), server_etcd()
@@ -333,12 +337,13 @@ class RealApiServer(unittest.TestCase):
         with open(config, "w") as f:
             f.write("detectors:\n  stuck_finalizers:\n    stuck_after_s: 10\n    silent_after_s: 10\n"
                     "    resolve_s: 10\n")
-        self.start_agent("--config", config)
+        self.start_agent("--config", config, etcd=True)
         time.sleep(2)
 
         # §1, metadata-only: both loops write an annotation, never the spec.
         clients = {"protobuf": sa("platform", "crd-operator"), "json": sa("platform", "crd-operator-json")}
         bodies_before = self.body_counts()
+        ours_before, theirs_before = self.agent_etcd_by_resource(), self.server_etcd_by_resource()
         loops = {}
         for encoding, plural in (("protobuf", "pbloop"), ("json", "jsonloop")):
             token = c.mint_token("platform", clients[encoding].rsplit(":", 1)[1])
@@ -357,6 +362,18 @@ class RealApiServer(unittest.TestCase):
             summaries[encoding] = json.loads(out.strip().splitlines()[-1])
         time.sleep(1.5)
         bodies = delta(self.body_counts(), bodies_before)
+        # The write side on etcd: every storage call of the CRDs' resource the server made (its
+        # Txns for the updates, the reads of its retries) is one the agent saw, per resource.
+        crds = "customresourcedefinitions.apiextensions.k8s.io"
+        ours = delta(self.agent_etcd_by_resource(), ours_before)
+        theirs = delta(self.server_etcd_by_resource(), theirs_before)
+        print("etcd calls for %s: agent %s; server %s" % (crds, {k: v for k, v in ours.items() if k[1] == crds},
+                                                           {k: v for k, v in theirs.items() if k[1] == crds}),
+              file=sys.stderr)
+        self.assertEqual(sum(n for (m, r), n in ours.items() if r == crds),
+                         sum(n for (op, r), n in theirs.items() if r == crds))
+        self.assertGreaterEqual(ours.get(("/etcdserverpb.KV/Txn", crds), 0),
+                                summaries["protobuf"]["requests"]["PUT 200"] + summaries["json"]["requests"]["PUT 200"])
         print("\nprotobuf and JSON update loops: clients %s; response bodies read %s"
               % ({e: s["requests"] for e, s in summaries.items()}, bodies), file=sys.stderr)
         for encoding, plural in (("protobuf", "pbloop"), ("json", "jsonloop")):

@@ -95,11 +95,13 @@ class StormScenarios(unittest.TestCase):
         self.assertEqual(r.returncode, 0, "kubectl %s: %s" % (" ".join(args), r.stderr))
         return r.stdout
 
-    def start_agent(self, config=None):
-        """The agent on this test's API server only; config: YAML text for --config."""
+    def start_agent(self, config=None, etcd=False):
+        """The agent on this test's API server (and its etcd: etcd=True) only; config: YAML text
+        for --config."""
         self.record_path = os.path.join(self.cluster.tmp, "capture.swcap")
         self.config_path = None
-        args = ["--pid", str(self.cluster.apiserver_pid), "--record", self.record_path]
+        pids = [self.cluster.apiserver_pid] + ([self.cluster.etcd.pid] if etcd else [])
+        args = ["--pid", ",".join(map(str, pids)), "--record", self.record_path]
         if config:
             path = os.path.join(self.cluster.tmp, "stormwatch.yaml")
             with open(path, "w") as f:
@@ -107,7 +109,7 @@ class StormScenarios(unittest.TestCase):
             args += ["--config", path]
             self.config_path = path
         self.agent = Agent(self.cluster.tmp, extra_args=args).start()
-        self.agent.wait_attached(1)
+        self.agent.wait_attached(len(pids))
         time.sleep(0.5)  # nothing in flight: server counts from here on are the agent's
 
     # ---- alerts ----
@@ -177,7 +179,11 @@ class StormScenarios(unittest.TestCase):
         # extra groups), which APF classifies exempt.
         cert = c.client_cert("inventory-agent", ["system:masters"])
         kubeconfig = c.kubeconfig_cert(*cert)
-        self.start_agent()
+        # etcd too (STORMS.md §7, the storage side of seed 002): each consistent LIST is one
+        # Range of the whole prefix. The pods' ~20 KB a read, ~6 reads/s, are a storm only
+        # against a lowered byte threshold (64 KiB/s; 50 MiB/s by default).
+        self.start_agent(etcd=True, config="detectors:\n  etcd_range_storm:\n    bytes_rate: 65536\n"
+                                           "    sustain_s: 10\n    resolve_s: 10\n")
 
         onset = time.monotonic()
         # 3 replicas, a round every 0.5 s: ~6 LIST/s per resource, each weighing 2 (consistent,
@@ -189,9 +195,25 @@ class StormScenarios(unittest.TestCase):
         other, _ = self.agent.wait_alert(
             lambda a: a["storm"] == "list_storm" and a["state"] == "firing" and a["resource"] != firing["resource"],
             timeout=5)
+        etcd_storm, _ = self.agent.wait_alert(
+            lambda a: a["storm"] == "etcd_range_storm" and a["state"] == "firing", timeout=10)
         stopped = time.monotonic()
         summary = self.stop_client(loop)
         print("python client: %s" % summary, file=sys.stderr)
+
+        # etcd's side: the pods prefix, read by the API server, caused by the client's LISTs.
+        self.assertIsNotNone(etcd_storm, "no etcd_range_storm; alerts: %s" % self.agent.alerts)
+        ev = etcd_storm["evidence"]
+        self.assertEqual((etcd_storm["resource"], ev["key_prefix"], ev["etcd_client"]),
+                         ("pods", "/registry/pods/", "kube-apiserver-etcd-client"), etcd_storm)
+        self.assertEqual(etcd_storm["client"], "inventory-agent")
+        self.assertEqual(ev["correlated_list_clients"][0]["client"], "inventory-agent", ev)
+        self.assertIn("pods", ev["correlated_list_clients"][0]["resources"])
+        self.assertGreater(ev["bytes_per_second"], 65536)
+        print("etcd_range_storm: %s" % etcd_storm["summary"], file=sys.stderr)
+        # The list_storm evidence says what each LIST read from etcd.
+        pods = firing if firing["resource"] == "pods" else other
+        self.assertIn("from etcd", pods["summary"], pods)
 
         for alert in (firing, other):
             self.assertIsNotNone(alert, "only %s was named; alerts: %s" % (firing["resource"], self.agent.alerts))
@@ -206,8 +228,9 @@ class StormScenarios(unittest.TestCase):
 
         for alert in (firing, other):
             self.wait_resolved(alert, stopped, resolve_s=30)
+        self.wait_resolved(etcd_storm, stopped, resolve_s=10)
         # The same client may also be reported as exempt (STORMS.md §3, seed 002 on its own).
-        self.assert_only({"list_storm", "exempt_client"}, {"inventory-agent"})
+        self.assert_only({"list_storm", "exempt_client", "etcd_range_storm"}, {"inventory-agent"})
 
     # ---- STORMS.md §4: seed 004's 409 storm ----
 
