@@ -284,11 +284,14 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   r.info = ParseRequestInfo(r.method, r.path);
   r.shape = ParseQueryShape(r.info, r.path);
   // Facts from the response body, then the body is gone: it may be a Secret.
-  if (!r.response_body_prefix.empty()) {
+  // Only writes' (POST, PUT, PATCH, DELETE: as the HTTP/2 probe keeps them); HTTP/1.1 keeps
+  // every response's first bytes.
+  const bool write = !r.method.empty() && (r.method[0] == 'P' || r.method[0] == 'D');
+  if (write && !r.response_body_prefix.empty()) {
     const BodyFacts body = ParseObjectFacts(r.response_body_prefix, &r.response);
     exporter_->CountResponseBody(BodyEncodingName(body.encoding), BodyFactsResultName(body.result));
-    std::string().swap(r.response_body_prefix);
   }
+  std::string().swap(r.response_body_prefix);
   NameApfLevels(r.response);
   etcd_links_.Match(r);
   if (recorder_.request) recorder_.request(r);

@@ -173,7 +173,8 @@ class EtcdMatrix(unittest.TestCase):
             for _ in range(20):
                 theirs = {}
                 for name, labels, value in parse_metrics(c.etcd_metrics()):
-                    if name == "grpc_server_msg_received_total" and labels.get("grpc_method") in ("Watch", "LeaseKeepAlive"):
+                    if name == "grpc_server_msg_received_total" and labels.get("grpc_service") in (
+                            "etcdserverpb.Watch", "etcdserverpb.Lease") and labels.get("grpc_method") in ("Watch", "LeaseKeepAlive"):
                         theirs[labels["grpc_method"]] = int(value)
                 ours = {}
                 for name, labels, value in agent.metrics():
@@ -223,8 +224,9 @@ class EtcdMatrix(unittest.TestCase):
         self.assertNotIn("system:anonymous", api_clients)
         self.assertNotIn(DEBUG_CN, api_clients)
         print("\n%s (%s): attached at the gRPC interceptor; exact per-method/code counts %s; "
-              "direct client's Ranges: %d keys, %d bytes" % (cell, etcd_info["go_version"],
-                                                            by_method_code(calls), debug_keys, debug_bytes),
+              "direct client's Ranges: %d keys, %d bytes; stream messages %s = etcd's %s"
+              % (cell, etcd_info["go_version"], by_method_code(calls), debug_keys, debug_bytes,
+                 our_streams, their_streams),
               file=sys.stderr)
 
 
