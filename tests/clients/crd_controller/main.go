@@ -112,9 +112,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func updateLoop(ctx context.Context, cs clientset.Interface, cnt *counts, name string) error {
+// Each subcommand runs while ctx lives; its requests use rctx, which outlives ctx: a request
+// in flight at the end of the run completes and is counted, as the server counts it.
+
+func updateLoop(ctx, rctx context.Context, cs clientset.Interface, cnt *counts, name string) error {
 	api := cs.ApiextensionsV1().CustomResourceDefinitions()
-	obj, err := api.Get(ctx, name, metav1.GetOptions{})
+	obj, err := api.Get(rctx, name, metav1.GetOptions{})
 	cnt.add("GET", err)
 	if err != nil {
 		return err
@@ -124,17 +127,14 @@ func updateLoop(ctx context.Context, cs clientset.Interface, cnt *counts, name s
 			obj.Annotations = map[string]string{}
 		}
 		obj.Annotations[annotation] = fmt.Sprintf("%s-%d", time.Now().UTC().Format(time.RFC3339Nano), i)
-		out, err := api.Update(ctx, obj, metav1.UpdateOptions{})
-		if ctx.Err() != nil {
-			break
-		}
+		out, err := api.Update(rctx, obj, metav1.UpdateOptions{})
 		cnt.add("PUT", err)
 		switch {
 		case err == nil:
 			cnt.generation(out.Generation)
 			obj = out
 		case apierrors.IsConflict(err): // a requeue with a fresh cache
-			fresh, gerr := api.Get(ctx, name, metav1.GetOptions{})
+			fresh, gerr := api.Get(rctx, name, metav1.GetOptions{})
 			cnt.add("GET", gerr)
 			if gerr == nil {
 				obj = fresh
@@ -146,11 +146,11 @@ func updateLoop(ctx context.Context, cs clientset.Interface, cnt *counts, name s
 	return nil
 }
 
-func finalizerController(ctx context.Context, cs clientset.Interface, cnt *counts, prefix string,
+func finalizerController(ctx, rctx context.Context, cs clientset.Interface, cnt *counts, prefix string,
 	objects int, interval time.Duration, pauseFile string) error {
 	api := cs.ApiextensionsV1().CustomResourceDefinitions()
 	for i := 0; i < objects; i++ {
-		_, err := api.Create(ctx, crd(fmt.Sprintf("%s%02d", prefix, i), finalizer), metav1.CreateOptions{})
+		_, err := api.Create(rctx, crd(fmt.Sprintf("%s%02d", prefix, i), finalizer), metav1.CreateOptions{})
 		cnt.add("POST", err)
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
@@ -161,7 +161,7 @@ func finalizerController(ctx context.Context, cs clientset.Interface, cnt *count
 		if _, err := os.Stat(pauseFile); pauseFile != "" && err == nil {
 			continue // blocked on an external call: no request at all
 		}
-		list, err := api.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		list, err := api.List(rctx, metav1.ListOptions{ResourceVersion: "0"})
 		cnt.add("LIST", err)
 		if err != nil {
 			continue
@@ -184,7 +184,7 @@ func finalizerController(ctx context.Context, cs clientset.Interface, cnt *count
 					}
 				}
 				o.Finalizers = keep
-				out, err := api.Update(ctx, o, metav1.UpdateOptions{})
+				out, err := api.Update(rctx, o, metav1.UpdateOptions{})
 				cnt.add("PUT", err)
 				if err == nil {
 					cnt.generation(out.Generation)
@@ -198,7 +198,7 @@ func finalizerController(ctx context.Context, cs clientset.Interface, cnt *count
 				o.Annotations = map[string]string{}
 			}
 			o.Annotations[annotation] = time.Now().UTC().Format(time.RFC3339Nano)
-			out, err := api.Update(ctx, o, metav1.UpdateOptions{})
+			out, err := api.Update(rctx, o, metav1.UpdateOptions{})
 			cnt.add("PUT", err)
 			if err == nil {
 				cnt.generation(out.Generation)
@@ -208,12 +208,12 @@ func finalizerController(ctx context.Context, cs clientset.Interface, cnt *count
 	return nil
 }
 
-func deleteSome(ctx context.Context, cs clientset.Interface, cnt *counts, prefix string, from, count int,
+func deleteSome(ctx, rctx context.Context, cs clientset.Interface, cnt *counts, prefix string, from, count int,
 	interval time.Duration) error {
 	api := cs.ApiextensionsV1().CustomResourceDefinitions()
 	start := time.Now()
 	for i := 0; i < count && ctx.Err() == nil; i++ {
-		err := api.Delete(ctx, fmt.Sprintf("%s%02ds.%s", prefix, from+i, group), metav1.DeleteOptions{})
+		err := api.Delete(rctx, fmt.Sprintf("%s%02ds.%s", prefix, from+i, group), metav1.DeleteOptions{})
 		cnt.add("DELETE", err)
 		if !sleep(ctx, time.Until(start.Add(time.Duration(i+1)*interval))) {
 			break
@@ -268,6 +268,8 @@ func main() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), *duration)
 	defer cancel()
+	rctx, rcancel := context.WithTimeout(context.Background(), *duration+30*time.Second)
+	defer rcancel()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	go func() { <-sig; cancel() }()
@@ -275,11 +277,11 @@ func main() {
 	cnt := &counts{requests: map[string]int64{}, generations: map[int64]bool{}}
 	switch cmd {
 	case "update-loop":
-		err = updateLoop(ctx, cs, cnt, *name)
+		err = updateLoop(ctx, rctx, cs, cnt, *name)
 	case "finalizer":
-		err = finalizerController(ctx, cs, cnt, *prefix, *objects, *interval, *pauseFile)
+		err = finalizerController(ctx, rctx, cs, cnt, *prefix, *objects, *interval, *pauseFile)
 	case "delete":
-		err = deleteSome(ctx, cs, cnt, *prefix, *from, *count, *interval)
+		err = deleteSome(ctx, rctx, cs, cnt, *prefix, *from, *count, *interval)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown subcommand", cmd)
 		os.Exit(2)
