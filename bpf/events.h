@@ -254,6 +254,13 @@ struct sw_grpc_offsets {
   __u32 tcpaddr_port;
   __u32 x509_raw;
   __u32 pad2;
+  /* A stream's context, behind the grpc.ServerStream the stream interceptor gets: a
+   * *grpc.serverStream, or etcd's v3rpc.serverStreamWithCtx value wrapping one (etcd wraps the
+   * stream when the client requires a leader, as kube-apiserver's watches do). 0: not read. */
+  __u64 server_stream_type;      /* runtime address of *grpc.serverStream's descriptor */
+  __u64 stream_with_ctx_type;    /* of v3rpc.serverStreamWithCtx */
+  __u32 server_stream_ctx;       /* serverStream.ctx (context.Context) */
+  __u32 stream_with_ctx_inner;   /* serverStreamWithCtx.ServerStream (the wrapped stream) */
 };
 
 struct sw_grpc_call {

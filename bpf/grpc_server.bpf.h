@@ -178,6 +178,9 @@ static __always_inline int emit_grpc_call(struct pt_regs *ctx, __u8 kind) {
   e->hdr.target = slot;
   e->kind = kind;
   e->method_len = 0;
+  e->stream = 0;
+  e->id = 0;
+  e->rev = 0;
   struct go_string method = {};
   __u32 method_at = kind == SW_GRPC_UNARY ? off->unary_info_method : off->stream_info_method;
   if (!bpf_probe_read_user(&method, sizeof(method), (void *)(ctx->si + method_at)) && method.len > 0) {
@@ -189,10 +192,19 @@ static __always_inline int emit_grpc_call(struct pt_regs *ctx, __u8 kind) {
     read_grpc_peer(call_ctx, off, e);
     read_request_message(slot, ctx->cx, ctx->di, off, e);
   } else {
-    /* A stream's context is behind its ServerStream; the stream is named by method only. */
+    /* A stream's context is behind its ServerStream (ss, RCX/RDI): grpc's own or etcd's wrapper. */
     e->peer.ip_len = 0;
     e->client_cert_der = 0;
     e->client_cert_der_len = 0;
+    struct go_iface ss = {.itab = ctx->cx, .data = ctx->di}, stream_ctx = {};
+    __u64 ss_type = 0;
+    if (ss.itab && ss.data && !bpf_probe_read_user(&ss_type, sizeof(ss_type), (void *)(ss.itab + 8)) &&
+        off->stream_with_ctx_type && ss_type == off->stream_with_ctx_type &&
+        !bpf_probe_read_user(&ss, sizeof(ss), (void *)(ss.data + off->stream_with_ctx_inner)) && ss.itab)
+      bpf_probe_read_user(&ss_type, sizeof(ss_type), (void *)(ss.itab + 8)); /* the wrapped stream */
+    if (off->server_stream_type && ss_type == off->server_stream_type && ss.data &&
+        !bpf_probe_read_user(&stream_ctx, sizeof(stream_ctx), (void *)(ss.data + off->server_stream_ctx)))
+      read_grpc_peer(stream_ctx, off, e);
     e->msg_type = 0;
     e->msg_len = e->key_len = e->end_len = 0;
     e->key_total = e->end_total = 0;

@@ -41,6 +41,28 @@ void DerivePeer(const GoTypes& types, sw_grpc_offsets& o, std::vector<std::strin
   }
   o.value_ctx_type = value_ctx;
   o.peer_key_type = peer_key->vaddr;
+  // Streams: the context behind the ServerStream (either type may be missing: then streams of
+  // that kind are counted with client "unknown").
+  Deriver s(types);
+  const uint64_t server_stream = PointerVaddr(types, "google.golang.org/grpc.serverStream");
+  const uint32_t server_stream_ctx = s.Offset("google.golang.org/grpc.serverStream", "ctx", {K::kInterface}, kIface);
+  if (s.ok() && server_stream) {
+    o.server_stream_type = server_stream;
+    o.server_stream_ctx = server_stream_ctx;
+  } else {
+    caveats.push_back("etcd stream clients not named: *grpc.serverStream not as expected");
+  }
+  Deriver w(types);
+  const std::string with_ctx = Qualified(types, "v3rpc.serverStreamWithCtx");
+  auto with_ctx_type = types.FindNamed(with_ctx);
+  const uint32_t with_ctx_inner = w.Offset(with_ctx, "ServerStream", {K::kInterface}, kIface);
+  if (w.ok() && with_ctx_type && o.server_stream_type) {
+    o.stream_with_ctx_type = with_ctx_type->vaddr;
+    o.stream_with_ctx_inner = with_ctx_inner;
+  } else {
+    caveats.push_back("etcd leader-requiring stream clients not named: " +
+                      (w.ok() ? with_ctx + " not in the type data" : w.gap().message));
+  }
   Deriver c(types);
   o.tls_info_peer_certificates = c.Offset("google.golang.org/grpc/credentials.TLSInfo",
                                           "State.PeerCertificates", {K::kSlice}, kSlice);

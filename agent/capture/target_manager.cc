@@ -131,6 +131,8 @@ TargetStatus TargetManager::AttachGrpc(const TargetProcess& process, const GoHtt
   };
   relocate(sites.offsets.value_ctx_type);
   relocate(sites.offsets.peer_key_type);
+  relocate(sites.offsets.server_stream_type);
+  relocate(sites.offsets.stream_with_ctx_type);
   relocate(sites.offsets.status_error_type);
   auto messages = std::make_shared<EtcdMessageTypes>();
   messages->fields = plan.grpc->layout.fields;

@@ -215,6 +215,13 @@ class EtcdMatrix(unittest.TestCase):
         self.assertEqual(sum(n for k, n in our_streams.items() if k[0].startswith("watch_")),
                          their_streams.get("Watch", 0), (our_streams, their_streams))
         self.assertGreaterEqual(our_streams.get(("watch_create", "configmaps", "unknown"), 0), 1, our_streams)
+        # The streams themselves, counted when they close, are named by the client's certificate
+        # (read from the context behind the ServerStream, wrapped by etcd or not).
+        _, (calls_end, _, _) = snapshot()
+        streams = {(k[0], k[2]): n for k, n in delta(calls_end, calls_after).items()
+                   if k[0] in ("/etcdserverpb.Lease/LeaseKeepAlive", "/etcdserverpb.Watch/Watch")}
+        self.assertEqual(streams, {("/etcdserverpb.Lease/LeaseKeepAlive", DEBUG_CN): 3,
+                                   ("/etcdserverpb.Watch/Watch", DEBUG_CN): 1}, streams)
 
         hits = {l["probe"]: int(v) for n, l, v in agent.metrics() if n == "stormwatch_probe_hits_total"}
         self.assertEqual(hits.get("grpc_unary_enter"), hits.get("grpc_unary_return"), hits)
