@@ -197,6 +197,9 @@ enum sw_grpc_kind {
   SW_GRPC_WATCH_CREATE = 2,    /* mvcc.(*watchStream).Watch: key, range end, start revision */
   SW_GRPC_WATCH_CANCEL = 3,    /* mvcc.(*watchStream).Cancel: the watch ID */
   SW_GRPC_LEASE_KEEPALIVE = 4, /* etcdserver.(*EtcdServer).LeaseRenew: lease ID, the client */
+  /* mvcc.(*watchableStore).NewWatchStream returned, on the goroutine of a Watch stream's handler:
+   * its mvcc watch stream, which names the stream (and so its client) in WATCH_* events. */
+  SW_GRPC_WATCH_STREAM = 5,
 };
 
 /* What the BPF program does with a message of one Go type (the eface's type word). */

@@ -40,8 +40,8 @@ struct {
 /* Probe hits per program, for the probe-budget figures printed by benchmarks:
  * processHeaders, handlerDone, HTTP/1.1 read entry, read return, write, close, and etcd's gRPC
  * unary entry, unary return, stream entry, stream return, watch create, watch cancel, lease
- * renew. */
-#define SW_PROBE_COUNT 13
+ * renew, watch stream made. */
+#define SW_PROBE_COUNT 14
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
   __uint(max_entries, SW_PROBE_COUNT);

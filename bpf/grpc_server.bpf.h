@@ -17,7 +17,9 @@
  * mvcc.(*watchStream).Watch(id, key, end []byte, startRev, fcs...) has ws RAX, id RBX, key
  * RCX/RDI (ptr, len), end R8/R9, startRev R11; (*watchStream).Cancel(id) ws RAX, id RBX;
  * etcdserver.(*EtcdServer).LeaseRenew(ctx, id) ctx RBX/RCX (the LeaseKeepAlive stream's
- * context: the client's peer), id RDI. */
+ * context: the client's peer), id RDI. mvcc.(*watchableStore).NewWatchStream's RETs (1 hit per
+ * Watch stream): the watch stream it made, on the goroutine that opened the gRPC stream, so that
+ * user space names the client of the stream's watch messages. */
 
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -398,6 +400,18 @@ int BPF_UPROBE(etcd_lease_renew) {
   e->id = (__s64)ctx->di;
   struct go_iface call_ctx = {.itab = ctx->bx, .data = ctx->cx};
   read_grpc_peer(call_ctx, off, e);
+  end_stream_message(e);
+  return 0;
+}
+
+/* NewWatchStream() WatchStream returned: the interface's data (RBX) is the *watchStream. */
+SEC("uprobe")
+int BPF_UPROBE(etcd_watch_stream_return) {
+  count(&hits, 13);
+  const struct sw_grpc_offsets *off;
+  struct sw_grpc_call *e = begin_stream_message(ctx, SW_GRPC_WATCH_STREAM, &off);
+  if (!e) return 0;
+  e->stream = ctx->bx;
   end_stream_message(e);
   return 0;
 }

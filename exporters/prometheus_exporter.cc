@@ -61,8 +61,7 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                               .Name("stormwatch_etcd_stream_messages_total")
                               .Help("Messages on open etcd streams, seen where etcd handles them: "
                                     "watch_create (by the watched key's resource), watch_cancel, "
-                                    "lease_keepalive (by client certificate CN; watch messages "
-                                    "carry no client).")
+                                    "lease_keepalive, by the stream's client (certificate CN).")
                               .Register(*registry_);
   etcd_duration_ = &prometheus::BuildHistogram()
                         .Name("stormwatch_etcd_request_duration_seconds")

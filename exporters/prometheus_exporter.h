@@ -52,8 +52,8 @@ class PrometheusExporter {
   void CountEtcdRequest(const std::string& method, const std::string& resource,
                         const std::string& client, const std::string& code);
   // One message on an open etcd stream (message: watch_create, watch_cancel, lease_keepalive);
-  // resource: a watch create's key, "" otherwise; client: "" where etcd's code does not have it
-  // (watch messages are handled on a goroutine of their own, without the stream's context).
+  // resource: a watch create's key, "" otherwise; client: its stream's (unknown for a Watch
+  // stream opened before the agent).
   void CountEtcdStreamMessage(const std::string& method, const std::string& message,
                               const std::string& resource, const std::string& client);
   // What a Range returned: keys and their key + value bytes.

@@ -185,6 +185,9 @@ Result<uint32_t> GoHttpProbes::AttachGrpc(pid_t pid, const std::string& binary_p
   for (const EntryProbeSite& entry : sites.lease_renews) {
     ok = ok && AttachUprobe(a, skel_->progs.etcd_lease_renew, pid, binary_path, entry, *slot);
   }
+  for (uint64_t ret : sites.watch_stream_returns) {
+    ok = ok && AttachUprobe(a, skel_->progs.etcd_watch_stream_return, pid, binary_path, {ret, 0}, *slot);
+  }
   if (!ok) {
     int err = errno;
     return fail("attaching gRPC uprobes to " + binary_path + " (pid " + std::to_string(pid) +
@@ -267,7 +270,7 @@ const char* GoHttpProbes::ProbeName(size_t i) {
       "http2_process_headers", "http2_handler_done", "http1_read_enter",   "http1_read_return",
       "http1_write",           "http1_close",        "grpc_unary_enter",   "grpc_unary_return",
       "grpc_stream_enter",     "grpc_stream_return",    "etcd_watch_create",
-      "etcd_watch_cancel",     "etcd_lease_renew"};
+      "etcd_watch_cancel",     "etcd_lease_renew",      "etcd_watch_stream_return"};
   return i < kProbeCount ? kNames[i] : "unknown";
 }
 

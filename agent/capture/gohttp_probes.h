@@ -58,6 +58,7 @@ struct GrpcProbeSites {
   std::vector<EntryProbeSite> watch_creates;
   std::vector<EntryProbeSite> watch_cancels;
   std::vector<EntryProbeSite> lease_renews;
+  std::vector<uint64_t> watch_stream_returns;  // mvcc.(*watchableStore).NewWatchStream's RETs
   sw_grpc_offsets offsets{};  // type addresses as the target has them mapped (load bias added)
   // The messages the programs copy: runtime address of *T's descriptor -> what to copy.
   std::vector<std::pair<uint64_t, sw_grpc_message>> messages;
@@ -108,8 +109,8 @@ class GoHttpProbes {
   DropCounts ReadDrops() const;
   // Probe hits: processHeaders, handlerDone, HTTP/1.1 read entry, read return, write, close;
   // etcd's gRPC unary entry, unary return, stream entry, stream return, watch create, watch
-  // cancel, lease renew.
-  static constexpr size_t kProbeCount = 13;
+  // cancel, lease renew, watch stream made.
+  static constexpr size_t kProbeCount = 14;
   static const char* ProbeName(size_t i);
   std::array<uint64_t, kProbeCount> ReadHits() const;
 

@@ -269,6 +269,19 @@ void PlanStreamMessageProbes(const GoBinary& binary, GrpcProbeSites* sites, std:
       {"/mvcc.(*watchStream).Cancel", kWatchCancelArgs, "Cancel(id)", &sites->watch_cancels},
       {"/etcdserver.(*EtcdServer).LeaseRenew", kLeaseRenewArgs, "LeaseRenew(ctx, id)", &sites->lease_renews},
   };
+  // The watch stream's maker: its RETs, when the watch messages' probes are there.
+  constexpr std::string_view kNewWatchStream = "/mvcc.(*watchableStore).NewWatchStream";
+  constexpr int32_t kNewWatchStreamArgs = 8;  // (s *watchableStore) NewWatchStream() WatchStream
+  for (const GoFunction& fn : binary.functions()) {
+    if (!fn.name.starts_with("go.etcd.io/etcd/") || !fn.name.ends_with(kNewWatchStream)) continue;
+    auto rets = binary.ReturnInstructionOffsets(fn);
+    if (CheckFunctionShape(fn, kNewWatchStreamArgs, "NewWatchStream()").empty() && rets) {
+      sites->watch_stream_returns.insert(sites->watch_stream_returns.end(), rets->begin(), rets->end());
+    }
+  }
+  if (sites->watch_stream_returns.empty()) {
+    caveats->push_back("etcd watch messages not named by client (mvcc.(*watchableStore).NewWatchStream not found)");
+  }
   for (const Wanted& w : wanted) {
     std::string problem = "not found";
     for (const GoFunction& fn : binary.functions()) {

@@ -58,6 +58,7 @@ enum class EtcdStreamMessage : uint8_t {
   kWatchCreate,     // a WatchCreateRequest: key, range end, start revision (`revision`)
   kWatchCancel,     // a WatchCancelRequest
   kLeaseKeepAlive,  // a LeaseKeepAliveRequest: the lease renewed (`lease_id`)
+  kWatchStream,     // (capture only) a Watch stream's mvcc stream made: names its messages' client
 };
 
 struct EtcdRequest {

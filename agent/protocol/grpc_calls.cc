@@ -47,8 +47,10 @@ Result<GrpcEvent> DecodeGrpcEvent(std::span<const uint8_t> bytes) {
       case SW_GRPC_WATCH_CREATE: c.message = EtcdStreamMessage::kWatchCreate; break;
       case SW_GRPC_WATCH_CANCEL: c.message = EtcdStreamMessage::kWatchCancel; break;
       case SW_GRPC_LEASE_KEEPALIVE: c.message = EtcdStreamMessage::kLeaseKeepAlive; break;
+      case SW_GRPC_WATCH_STREAM: c.message = EtcdStreamMessage::kWatchStream; break;
       default: return Error{"gRPC call event of an unknown kind"};
     }
+    c.watch_stream = e.stream;
     c.id = e.id;
     c.rev = e.rev;
     c.method.assign(e.method, e.method_len);
@@ -124,6 +126,7 @@ void DecodeEtcdResponseMessage(const EtcdMessageTypes& types, uint64_t msg_type,
 
 void GrpcCalls::ForgetProcess(uint32_t tgid) {
   types_.erase(tgid);
+  std::erase_if(watch_clients_, [&](const auto& kv) { return kv.first.tgid == tgid; });
   for (auto it = order_.begin(); it != order_.end();) {
     if (it->first.tgid == tgid) {
       pending_.erase(it->first);
@@ -155,8 +158,27 @@ void GrpcCalls::OnCall(GrpcCallEvent call) {
   pending_[k] = std::prev(order_.end());
 }
 
-// A message on an open stream is complete when seen: named by its stream's method.
+// A message on an open stream is complete when seen: named by its stream's method. Watch
+// messages run on a goroutine of their own, without the stream's context: their client is the
+// one of the gRPC stream whose handler made their mvcc watch stream.
 void GrpcCalls::OnStreamMessage(GrpcCallEvent call) {
+  if (call.message == EtcdStreamMessage::kWatchStream) {
+    auto it = pending_.find(Key{call.tgid, call.goroutine});
+    if (it == pending_.end() || !it->second->second.stream || call.watch_stream == 0) return;
+    GrpcCallEvent& open = it->second->second;
+    open.watch_stream = call.watch_stream;
+    if (watch_clients_.size() >= max_pending_) watch_clients_.clear();  // bounded; lost names only
+    watch_clients_[Key{call.tgid, call.watch_stream}] = {open.peer_address, open.client_cert_der,
+                                                         open.client_cert_der_len};
+    return;
+  }
+  if (call.message != EtcdStreamMessage::kLeaseKeepAlive) {
+    if (auto w = watch_clients_.find(Key{call.tgid, call.watch_stream}); w != watch_clients_.end()) {
+      call.peer_address = w->second.peer_address;
+      call.client_cert_der = w->second.cert;
+      call.client_cert_der_len = w->second.cert_len;
+    }
+  }
   EtcdRequest r;
   r.pid = call.tgid;
   r.start_ns = r.end_ns = call.ts_ns;
@@ -190,6 +212,7 @@ void GrpcCalls::OnDone(const GrpcDoneEvent& done) {
   GrpcCallEvent call = std::move(it->second->second);
   order_.erase(it->second);
   pending_.erase(it);
+  if (call.watch_stream) watch_clients_.erase(Key{call.tgid, call.watch_stream});
 
   EtcdRequest r;
   r.pid = call.tgid;

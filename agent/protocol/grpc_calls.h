@@ -27,6 +27,7 @@ struct GrpcCallEvent {
   uint64_t ts_ns = 0;
   bool stream = false;
   EtcdStreamMessage message = EtcdStreamMessage::kNone;  // set: one message, no return follows
+  uint64_t watch_stream = 0;  // the mvcc watch stream of a Watch stream's messages
   int64_t id = 0;             // watch ID or lease ID
   int64_t rev = 0;            // a watch's start revision
   std::string method;
@@ -97,6 +98,13 @@ class GrpcCalls {
   Pending order_;  // oldest first
   std::unordered_map<Key, Pending::iterator, KeyHash> pending_;
   std::unordered_map<uint32_t, std::shared_ptr<const EtcdMessageTypes>> types_;
+  // (process, mvcc watch stream) -> the client of the gRPC Watch stream that made it, while open.
+  struct StreamClient {
+    std::string peer_address;
+    uint64_t cert = 0;
+    uint32_t cert_len = 0;
+  };
+  std::unordered_map<Key, StreamClient, KeyHash> watch_clients_;
   GrpcCallStats stats_;
 };
 

@@ -518,6 +518,7 @@ TEST_P(DebianEtcd, TypeDataReadLayoutDerivedRoleFromItsCode) {
   EXPECT_EQ(plan.grpc->sites.watch_creates.size(), 1u);
   EXPECT_EQ(plan.grpc->sites.watch_cancels.size(), 1u);
   EXPECT_EQ(plan.grpc->sites.lease_renews.size(), 1u);
+  EXPECT_FALSE(plan.grpc->sites.watch_stream_returns.empty());
   // The offsets the BPF program reads, as the type data of these builds has them (the dump of
   // their descriptors; etcd's release binaries carry no DWARF to compare with).
   const sw_grpc_offsets& o = plan.grpc->sites.offsets;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
 
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -235,6 +236,16 @@ TEST(PipelineEtcd, StreamMessagesAreCountedAsTheyCome) {
   }
   pipeline.OnEvent(StreamMessage(SW_GRPC_WATCH_CREATE, 200, "/registry/example.com/widgets/ns/w", "", 0, 0));
   pipeline.OnEvent(StreamMessage(SW_GRPC_WATCH_CANCEL, 300, "", "", 5, 0));
+  // A Watch stream opened by the API server (goroutine 5), whose handler made watch stream
+  // 0xc000123000: the watch messages on it from then on are the API server's.
+  std::vector<uint8_t> open = Call(5, 310, "/etcdserverpb.Watch/Watch", 0, "", "", 0, 0xcafe);
+  open[offsetof(sw_grpc_call, kind)] = SW_GRPC_STREAM;
+  pipeline.OnEvent(open);
+  std::vector<uint8_t> made = StreamMessage(SW_GRPC_WATCH_STREAM, 320, "", "", 0, 0);
+  reinterpret_cast<sw_grpc_call*>(made.data())->hdr.conn = 5;
+  pipeline.OnEvent(made);
+  pipeline.OnEvent(StreamMessage(SW_GRPC_WATCH_CREATE, 330, "/registry/pods/", "/registry/pods0", 0, 0));
+  pipeline.OnEvent(StreamMessage(SW_GRPC_WATCH_CANCEL, 340, "", "", 1, 0));
   for (int i = 0; i < 4; ++i) pipeline.OnEvent(StreamMessage(SW_GRPC_LEASE_KEEPALIVE, 400 + i, "", "", 0x694d7a1b, 0, 0xcafe));
   std::string bad = std::string(reinterpret_cast<const char*>(StreamMessage(9, 500, "", "", 0, 0).data()), sizeof(sw_grpc_call));
   pipeline.OnEvent(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bad.data()), bad.size()));
@@ -243,7 +254,9 @@ TEST(PipelineEtcd, StreamMessagesAreCountedAsTheyCome) {
   EXPECT_NE(m.find(R"(stormwatch_etcd_stream_messages_total{client="unknown",message="watch_create",method="/etcdserverpb.Watch/Watch",resource="widgets.example.com"} 1)"), std::string::npos) << m;
   EXPECT_NE(m.find(R"(stormwatch_etcd_stream_messages_total{client="unknown",message="watch_cancel",method="/etcdserverpb.Watch/Watch",resource=""} 1)"), std::string::npos) << m;
   EXPECT_NE(m.find(R"(stormwatch_etcd_stream_messages_total{client="kube-apiserver-etcd-client",message="lease_keepalive",method="/etcdserverpb.Lease/LeaseKeepAlive",resource=""} 4)"), std::string::npos) << m;
-  // Not calls: etcd's call counts are for whole streams.
+  EXPECT_NE(m.find(R"(stormwatch_etcd_stream_messages_total{client="kube-apiserver-etcd-client",message="watch_create",method="/etcdserverpb.Watch/Watch",resource="pods"} 1)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_etcd_stream_messages_total{client="kube-apiserver-etcd-client",message="watch_cancel",method="/etcdserverpb.Watch/Watch",resource=""} 1)"), std::string::npos) << m;
+  // Not calls: etcd's call counts are for whole streams (this one is still open).
   EXPECT_EQ(m.find("stormwatch_etcd_requests_total{"), std::string::npos) << m;
   EXPECT_EQ(m.find("/registry"), std::string::npos);
   EXPECT_EQ(pipeline.stats().decode_errors, 1u);
