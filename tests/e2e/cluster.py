@@ -249,8 +249,11 @@ class Cluster:
     # ---- etcd ----
 
     def _start_etcd(self):
-        cport, pport = free_port(), free_port()
+        cport, pport, plain = free_port(), free_port(), free_port()
         self.etcd_url = f"https://127.0.0.1:{cport}"
+        # Also plaintext on localhost, as some set-ups run it: there etcd serves gRPC with gRPC's
+        # own HTTP/2 server instead of net/http's.
+        self.etcd_plain_url = f"http://127.0.0.1:{plain}"
         peer = f"http://127.0.0.1:{pport}"
         pki = self._path("pki")
         etcd_bin = self.etcd_src
@@ -260,7 +263,7 @@ class Cluster:
         self.etcd = self._spawn([
             etcd_bin, "--name", "stormwatch-test",
             "--data-dir", self._path("etcd-data"),
-            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+            "--listen-client-urls", f"{self.etcd_url},{self.etcd_plain_url}", "--advertise-client-urls", self.etcd_url,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"stormwatch-test={peer}", "--initial-cluster-state", "new",
             "--cert-file", f"{pki}/etcd-server.crt", "--key-file", f"{pki}/etcd-server.key",
@@ -280,14 +283,16 @@ class Cluster:
         with urllib.request.urlopen(self.etcd_url + "/metrics", context=ctx, timeout=10) as r:
             return r.read().decode()
 
-    def etcdctl(self, *args, cert=None, key=None, timeout=30):
+    def etcdctl(self, *args, cert=None, key=None, timeout=30, plaintext=False):
         """Runs etcdctl (v3 API) against the cluster's etcd over TLS, as the client whose
-        certificate is given (the apiserver's by default)."""
+        certificate is given (the apiserver's by default), or over its plaintext port."""
         pki = self._path("pki")
         cert = cert or f"{pki}/apiserver-etcd-client.crt"
         key = key or f"{pki}/apiserver-etcd-client.key"
         argv = ["etcdctl", "--endpoints", self.etcd_url, "--cacert", self.ca_file, "--cert", cert,
                 "--key", key, *args]
+        if plaintext:
+            argv = ["etcdctl", "--endpoints", self.etcd_plain_url, *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "ETCDCTL_API": "3"})
 

@@ -17,7 +17,9 @@ runs etcd, and the test API server in front of it:
     (1), exactly;
   - a client talking to etcd directly (etcdctl with its own certificate, CN=etcd-debug-user)
     is named, and what its Ranges returned is exact: keys and key + value bytes as etcdctl's
-    own JSON output counts them, for a prefix read, a paginated read and a keys-only read;
+    own JSON output counts them, for a prefix read, a paginated read and a keys-only read; a
+    read over etcd's plaintext port (gRPC's own HTTP/2 server) is counted the same, client
+    "unknown" (no certificate);
   - messages on open streams are seen one by one: 3 lease keep-alives of the direct client, by
     its certificate, equal etcd's grpc_server_msg_received_total{grpc_method="LeaseKeepAlive"},
     and the watch creates and cancels (etcdctl's, the API server's) equal its Watch messages.
@@ -144,6 +146,9 @@ class EtcdMatrix(unittest.TestCase):
         self.assertEqual(expected_keys, 4 + 2 + 4)
         r = c.etcdctl("get", prefix + "cm-1", "--rev", "999999", cert=cert, key=key)
         self.assertNotEqual(r.returncode, 0, "a Range at a future revision fails")
+        # Over plaintext: gRPC's own HTTP/2 server, the same interceptor; no certificate.
+        r = c.etcdctl("get", "--prefix", prefix, "--keys-only", plaintext=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
 
         etcd_after, (calls_after, keys_after, bytes_after) = snapshot()
         theirs = delta(etcd_after, etcd_before)
@@ -156,7 +161,9 @@ class EtcdMatrix(unittest.TestCase):
         self.assertEqual(txn, {"configmaps": 11, "namespaces": 1}, calls)
         # Who: the API server's client certificate, and the direct client by its own.
         clients = {k[2] for k in calls}
-        self.assertEqual(clients, {APISERVER_CN, DEBUG_CN}, calls)
+        self.assertEqual(clients, {APISERVER_CN, DEBUG_CN, "unknown"}, calls)
+        self.assertEqual({(k[0], k[1], k[3]): n for k, n in calls.items() if k[2] == "unknown"},
+                         {("/etcdserverpb.KV/Range", "OK", "configmaps"): 1}, calls)
         debug = {(k[0], k[1], k[3]): n for k, n in calls.items() if k[2] == DEBUG_CN}
         self.assertEqual(debug, {("/etcdserverpb.KV/Range", "OK", "configmaps"): 3,
                                  ("/etcdserverpb.KV/Range", "OutOfRange", "configmaps"): 1}, debug)
@@ -165,6 +172,7 @@ class EtcdMatrix(unittest.TestCase):
         debug_bytes = delta(bytes_after, bytes_before).get((DEBUG_CN, "configmaps"), 0)
         self.assertEqual(debug_keys, expected_keys)
         self.assertEqual(debug_bytes, expected_bytes)
+        self.assertEqual(delta(keys_after, keys_before).get(("unknown", "configmaps"), 0), 4)
         # The API server's LIST of the namespace's configmaps read 5 of them from etcd at least.
         self.assertGreaterEqual(delta(keys_after, keys_before).get((APISERVER_CN, "configmaps"), 0), 5)
         # Messages on open streams, as etcd counts what it received on them.
