@@ -166,12 +166,14 @@ static __always_inline void read_request_message(__u32 slot, __u64 type, __u64 d
   if (end_off != 0xffff) e->end_len = copy_key(keyed + end_off, e->end, &e->end_total);
 }
 
-static __always_inline int emit_grpc_call(struct pt_regs *ctx, __u8 kind) {
+/* Starts the scratch event of a call or stream message: header set, everything else empty. */
+static __always_inline struct sw_grpc_call *begin_call_event(struct pt_regs *ctx, __u8 kind,
+                                                                 const struct sw_grpc_offsets **off) {
   __u32 slot = (__u32)bpf_get_attach_cookie(ctx);
-  const struct sw_grpc_offsets *off = bpf_map_lookup_elem(&grpc_offsets, &slot);
+  *off = bpf_map_lookup_elem(&grpc_offsets, &slot);
   __u32 zero = 0;
   struct sw_grpc_call *e = bpf_map_lookup_elem(&grpc_call_scratch, &zero);
-  if (!off || !e) return 0;
+  if (!*off || !e) return 0;
   e->hdr.type = SW_EV_GRPC_CALL;
   e->hdr.tgid = bpf_get_current_pid_tgid() >> 32;
   e->hdr.ts_ns = bpf_ktime_get_ns();
@@ -180,9 +182,26 @@ static __always_inline int emit_grpc_call(struct pt_regs *ctx, __u8 kind) {
   e->hdr.target = slot;
   e->kind = kind;
   e->method_len = 0;
+  e->msg_type = 0;
+  e->msg_len = e->key_len = e->end_len = 0;
+  e->key_total = e->end_total = 0;
+  e->peer.ip_len = 0;
+  e->client_cert_der = 0;
+  e->client_cert_der_len = 0;
   e->stream = 0;
   e->id = 0;
   e->rev = 0;
+  return e;
+}
+
+static __always_inline void end_call_event(struct sw_grpc_call *e) {
+  if (bpf_ringbuf_output(&events, e, sizeof(*e), BPF_RB_NO_WAKEUP)) count(&drops, SW_DROP_RINGBUF_FULL);
+}
+
+static __always_inline int emit_grpc_call(struct pt_regs *ctx, __u8 kind) {
+  const struct sw_grpc_offsets *off;
+  struct sw_grpc_call *e = begin_call_event(ctx, kind, &off);
+  if (!e) return 0;
   struct go_string method = {};
   __u32 method_at = kind == SW_GRPC_UNARY ? off->unary_info_method : off->stream_info_method;
   if (!bpf_probe_read_user(&method, sizeof(method), (void *)(ctx->si + method_at)) && method.len > 0) {
@@ -192,12 +211,9 @@ static __always_inline int emit_grpc_call(struct pt_regs *ctx, __u8 kind) {
   if (kind == SW_GRPC_UNARY) {
     struct go_iface call_ctx = {.itab = ctx->ax, .data = ctx->bx};
     read_grpc_peer(call_ctx, off, e);
-    read_request_message(slot, ctx->cx, ctx->di, off, e);
+    read_request_message(e->hdr.target, ctx->cx, ctx->di, off, e);
   } else {
     /* A stream's context is behind its ServerStream (ss, RCX/RDI): grpc's own or etcd's wrapper. */
-    e->peer.ip_len = 0;
-    e->client_cert_der = 0;
-    e->client_cert_der_len = 0;
     struct go_iface ss = {.itab = ctx->cx, .data = ctx->di}, stream_ctx = {};
     __u64 ss_type = 0;
     if (ss.itab && ss.data && !bpf_probe_read_user(&ss_type, sizeof(ss_type), (void *)(ss.itab + 8)) &&
@@ -207,11 +223,8 @@ static __always_inline int emit_grpc_call(struct pt_regs *ctx, __u8 kind) {
     if (off->server_stream_type && ss_type == off->server_stream_type && ss.data &&
         !bpf_probe_read_user(&stream_ctx, sizeof(stream_ctx), (void *)(ss.data + off->server_stream_ctx)))
       read_grpc_peer(stream_ctx, off, e);
-    e->msg_type = 0;
-    e->msg_len = e->key_len = e->end_len = 0;
-    e->key_total = e->end_total = 0;
   }
-  if (bpf_ringbuf_output(&events, e, sizeof(*e), BPF_RB_NO_WAKEUP)) count(&drops, SW_DROP_RINGBUF_FULL);
+  end_call_event(e);
   return 0;
 }
 
@@ -329,51 +342,19 @@ static __always_inline __u16 copy_bytes(__u64 ptr, __u64 len, __u8 *out, __u32 *
   return n;
 }
 
-/* One stream message: the event of a call with no message struct copied. */
-static __always_inline struct sw_grpc_call *begin_stream_message(struct pt_regs *ctx, __u8 kind,
-                                                                 const struct sw_grpc_offsets **off) {
-  __u32 slot = (__u32)bpf_get_attach_cookie(ctx);
-  *off = bpf_map_lookup_elem(&grpc_offsets, &slot);
-  __u32 zero = 0;
-  struct sw_grpc_call *e = bpf_map_lookup_elem(&grpc_call_scratch, &zero);
-  if (!*off || !e) return 0;
-  e->hdr.type = SW_EV_GRPC_CALL;
-  e->hdr.tgid = bpf_get_current_pid_tgid() >> 32;
-  e->hdr.ts_ns = bpf_ktime_get_ns();
-  e->hdr.conn = ctx->r14;
-  e->hdr.stream_id = 0;
-  e->hdr.target = slot;
-  e->kind = kind;
-  e->method_len = 0;
-  e->msg_type = 0;
-  e->msg_len = e->key_len = e->end_len = 0;
-  e->key_total = e->end_total = 0;
-  e->peer.ip_len = 0;
-  e->client_cert_der = 0;
-  e->client_cert_der_len = 0;
-  e->stream = 0;
-  e->id = 0;
-  e->rev = 0;
-  return e;
-}
-
-static __always_inline void end_stream_message(struct sw_grpc_call *e) {
-  if (bpf_ringbuf_output(&events, e, sizeof(*e), BPF_RB_NO_WAKEUP)) count(&drops, SW_DROP_RINGBUF_FULL);
-}
-
 SEC("uprobe")
 int BPF_UPROBE(etcd_watch_create) {
   if (stack_will_grow(ctx)) return 0;
   count(&hits, 10);
   const struct sw_grpc_offsets *off;
-  struct sw_grpc_call *e = begin_stream_message(ctx, SW_GRPC_WATCH_CREATE, &off);
+  struct sw_grpc_call *e = begin_call_event(ctx, SW_GRPC_WATCH_CREATE, &off);
   if (!e) return 0;
   e->stream = ctx->ax;
   e->id = (__s64)ctx->bx;
   e->rev = (__s64)ctx->r11;
   e->key_len = copy_bytes(ctx->cx, ctx->di, e->key, &e->key_total);
   e->end_len = copy_bytes(ctx->r8, ctx->r9, e->end, &e->end_total);
-  end_stream_message(e);
+  end_call_event(e);
   return 0;
 }
 
@@ -382,11 +363,11 @@ int BPF_UPROBE(etcd_watch_cancel) {
   if (stack_will_grow(ctx)) return 0;
   count(&hits, 11);
   const struct sw_grpc_offsets *off;
-  struct sw_grpc_call *e = begin_stream_message(ctx, SW_GRPC_WATCH_CANCEL, &off);
+  struct sw_grpc_call *e = begin_call_event(ctx, SW_GRPC_WATCH_CANCEL, &off);
   if (!e) return 0;
   e->stream = ctx->ax;
   e->id = (__s64)ctx->bx;
-  end_stream_message(e);
+  end_call_event(e);
   return 0;
 }
 
@@ -395,12 +376,12 @@ int BPF_UPROBE(etcd_lease_renew) {
   if (stack_will_grow(ctx)) return 0;
   count(&hits, 12);
   const struct sw_grpc_offsets *off;
-  struct sw_grpc_call *e = begin_stream_message(ctx, SW_GRPC_LEASE_KEEPALIVE, &off);
+  struct sw_grpc_call *e = begin_call_event(ctx, SW_GRPC_LEASE_KEEPALIVE, &off);
   if (!e) return 0;
   e->id = (__s64)ctx->di;
   struct go_iface call_ctx = {.itab = ctx->bx, .data = ctx->cx};
   read_grpc_peer(call_ctx, off, e);
-  end_stream_message(e);
+  end_call_event(e);
   return 0;
 }
 
@@ -409,9 +390,9 @@ SEC("uprobe")
 int BPF_UPROBE(etcd_watch_stream_return) {
   count(&hits, 13);
   const struct sw_grpc_offsets *off;
-  struct sw_grpc_call *e = begin_stream_message(ctx, SW_GRPC_WATCH_STREAM, &off);
+  struct sw_grpc_call *e = begin_call_event(ctx, SW_GRPC_WATCH_STREAM, &off);
   if (!e) return 0;
   e->stream = ctx->bx;
-  end_stream_message(e);
+  end_call_event(e);
   return 0;
 }

@@ -225,15 +225,14 @@ void RequestPipeline::OnEtcdCall(EtcdRequest& r) {
   if (recorder_.etcd) recorder_.etcd(r);
   const std::string client = ClientLabel(r.identity);
   const std::string method = GrpcMethodLabel(r.method);
+  static const std::string kNoKey;
   if (r.stream_message != EtcdStreamMessage::kNone) {
     // One message of an open stream: its stream is counted as a call when it closes.
-    static const std::string kNoKey;
     const bool create = r.stream_message == EtcdStreamMessage::kWatchCreate;
     exporter_->CountEtcdStreamMessage(method, EtcdStreamMessageName(r.stream_message),
                                       create ? EtcdResource(r.decoded) : kNoKey, client);
     return;
   }
-  static const std::string kNoKey;
   const bool keyed = r.request == EtcdMessage::kRangeRequest || r.request == EtcdMessage::kPutRequest ||
                      r.request == EtcdMessage::kDeleteRangeRequest || r.request == EtcdMessage::kTxnRequest;
   // Calls without a key (leases, compaction, status, watches) have resource="".

@@ -152,21 +152,23 @@ TEST(GrpcCallsJoin, PerGoroutineBoundedAndCounted) {
   EXPECT_EQ(calls.pending(), 0u);
 }
 
+// The certificate at 0xcafe is the API server's etcd client certificate.
+std::optional<Identity> ApiserverCertIdentity(const RequestConnection& c) {
+  if (c.client_cert_der != 0xcafe) return std::nullopt;
+  Identity id;
+  id.kind = Identity::Kind::kUser;
+  id.user = "kube-apiserver-etcd-client";
+  return id;
+}
+
 std::string Metrics(PrometheusExporter& e) {
   return prometheus::TextSerializer().Serialize(e.registry()->Collect());
 }
 
 TEST(PipelineEtcd, CountsByMethodResourceClientAndCode) {
   PrometheusExporter exporter;
-  auto cert_identity = [](const RequestConnection& c) -> std::optional<Identity> {
-    if (c.client_cert_der != 0xcafe) return std::nullopt;
-    Identity id;
-    id.kind = Identity::Kind::kUser;
-    id.user = "kube-apiserver-etcd-client";
-    return id;
-  };
   RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {},
-                           AssemblerLimits{}, ConnectionLookups{.identity = cert_identity});
+                           AssemblerLimits{}, ConnectionLookups{.identity = ApiserverCertIdentity});
   pipeline.SetTargetRole(42, TargetRole::kEtcd);
   pipeline.SetEtcdMessageTypes(42, Types());
   pipeline.OnEvent(Call(1, 100, "/etcdserverpb.KV/Range", kRangeType, "/registry/pods/", "/registry/pods0", 0, 0xcafe));
@@ -220,15 +222,8 @@ std::vector<uint8_t> StreamMessage(uint8_t kind, uint64_t ts, const std::string&
 
 TEST(PipelineEtcd, StreamMessagesAreCountedAsTheyCome) {
   PrometheusExporter exporter;
-  auto cert_identity = [](const RequestConnection& c) -> std::optional<Identity> {
-    if (c.client_cert_der != 0xcafe) return std::nullopt;
-    Identity id;
-    id.kind = Identity::Kind::kUser;
-    id.user = "kube-apiserver-etcd-client";
-    return id;
-  };
   RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {},
-                           AssemblerLimits{}, ConnectionLookups{.identity = cert_identity});
+                           AssemblerLimits{}, ConnectionLookups{.identity = ApiserverCertIdentity});
   pipeline.SetTargetRole(42, TargetRole::kEtcd);
   pipeline.SetEtcdMessageTypes(42, Types());
   for (int i = 0; i < 3; ++i) {
