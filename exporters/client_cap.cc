@@ -7,43 +7,84 @@ namespace stormwatch {
 
 SpaceSaving::SpaceSaving(size_t capacity) : slots_(capacity) {
   free_.reserve(capacity);
-  for (size_t i = capacity; i > 0; --i) free_.push_back(i - 1);
+  heap_.reserve(capacity);
+  for (size_t i = capacity; i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));
+}
+
+void SpaceSaving::SiftUp(size_t pos) {
+  const uint32_t slot = heap_[pos];
+  while (pos > 0) {
+    const size_t parent = (pos - 1) / 2;
+    if (!Before(slot, heap_[parent])) break;
+    Place(pos, heap_[parent]);
+    pos = parent;
+  }
+  Place(pos, slot);
+}
+
+void SpaceSaving::SiftDown(size_t pos) {
+  const uint32_t slot = heap_[pos];
+  for (;;) {
+    size_t child = 2 * pos + 1;
+    if (child >= heap_.size()) break;
+    if (child + 1 < heap_.size() && Before(heap_[child + 1], heap_[child])) ++child;
+    if (!Before(heap_[child], slot)) break;
+    Place(pos, heap_[child]);
+    pos = child;
+  }
+  Place(pos, slot);
+}
+
+void SpaceSaving::RemoveFromHeap(uint32_t slot) {
+  const size_t pos = slots_[slot].heap_pos;
+  const uint32_t last = heap_.back();
+  heap_.pop_back();
+  slots_[slot].heap_pos = kNotInHeap;
+  if (last == slot) return;
+  Place(pos, last);
+  SiftUp(pos);
+  SiftDown(slots_[last].heap_pos);
 }
 
 void SpaceSaving::Add(const std::string& key, uint64_t amount) {
   if (auto it = index_.find(key); it != index_.end()) {
     Slot& slot = slots_[it->second];
-    by_count_.erase({slot.count, it->second});
     slot.count += amount;
-    by_count_.insert({slot.count, it->second});
+    SiftDown(slot.heap_pos);  // a larger count sinks
     return;
   }
-  size_t i;
+  uint32_t i;
   uint64_t error = 0;
   if (!free_.empty()) {
     i = free_.back();
     free_.pop_back();
-  } else if (!by_count_.empty()) {
+    heap_.push_back(i);
+    slots_[i].heap_pos = static_cast<uint32_t>(heap_.size() - 1);
+  } else if (!heap_.empty()) {
     // Full: the newcomer inherits the smallest count as its possible over-estimate.
-    i = by_count_.begin()->second;
-    by_count_.erase(by_count_.begin());
-    index_.erase(slots_[i].key);
+    i = heap_.front();
+    index_.erase(std::string_view(slots_[i].key));
     error = slots_[i].count;
   } else {
     return;  // capacity 0
   }
-  slots_[i] = Slot{key, error + amount, error};
-  index_.emplace(key, i);
-  by_count_.insert({slots_[i].count, i});
+  Slot& slot = slots_[i];
+  slot.key.assign(key);  // reuses the slot's buffer
+  slot.count = error + amount;
+  slot.error = error;
+  index_.emplace(std::string_view(slot.key), i);
+  SiftUp(slot.heap_pos);
+  SiftDown(slot.heap_pos);
 }
 
 void SpaceSaving::Erase(const std::string& key) {
   auto it = index_.find(key);
   if (it == index_.end()) return;
-  size_t i = it->second;
-  by_count_.erase({slots_[i].count, i});
+  const uint32_t i = it->second;
   index_.erase(it);
-  slots_[i] = Slot{};
+  RemoveFromHeap(i);
+  slots_[i].key.clear();
+  slots_[i].count = slots_[i].error = 0;
   free_.push_back(i);
 }
 
@@ -72,20 +113,26 @@ std::vector<std::pair<std::string, uint64_t>> SpaceSaving::Top(size_t n) const {
 }
 
 void SpaceSaving::Decay() {
-  by_count_.clear();
+  heap_.clear();
   for (auto it = index_.begin(); it != index_.end();) {
-    Slot& slot = slots_[it->second];
+    const uint32_t i = it->second;
+    Slot& slot = slots_[i];
     slot.count /= 2;
     slot.error /= 2;
     if (slot.count == 0) {
-      free_.push_back(it->second);
-      slot = Slot{};
-      it = index_.erase(it);
+      index_.erase(it++);
+      slot.key.clear();
+      slot.error = 0;
+      slot.heap_pos = kNotInHeap;
+      free_.push_back(i);
     } else {
-      by_count_.insert({slot.count, it->second});
+      heap_.push_back(i);
       ++it;
     }
   }
+  // Halving keeps no heap order (counts tie): rebuilt bottom-up.
+  for (size_t pos = 0; pos < heap_.size(); ++pos) slots_[heap_[pos]].heap_pos = static_cast<uint32_t>(pos);
+  for (size_t pos = heap_.size() / 2; pos-- > 0;) SiftDown(pos);
 }
 
 // Room for four folded candidates per slot keeps heavy hitters from being pushed out of the
@@ -128,7 +175,7 @@ std::vector<std::string> ClientCap::Compact(int64_t now_ns) {
       a.last_seen_ns = now_ns;
     } else if (now_ns - a.last_seen_ns >= idle_ns_) {
       ended.push_back(it->first);
-      it = admitted_.erase(it);
+      admitted_.erase(it++);
       continue;
     }
     ++it;

@@ -11,8 +11,11 @@
 // full is still named.
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
+
 #include <cstdint>
-#include <set>
+#include <string_view>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -40,14 +43,29 @@ class SpaceSaving {
   size_t capacity() const { return slots_.size(); }
 
  private:
+  static constexpr uint32_t kNotInHeap = UINT32_MAX;
   struct Slot {
-    std::string key;
+    std::string key;  // the index's keys view these (slots_ never reallocates)
     uint64_t count = 0, error = 0;
+    uint32_t heap_pos = kNotInHeap;
   };
+  // A min-heap of the used slots by (count, slot number): its top is the slot a newcomer
+  // replaces. Updates move one slot up or down the heap; nothing is allocated per update.
+  bool Before(uint32_t a, uint32_t b) const {
+    return slots_[a].count != slots_[b].count ? slots_[a].count < slots_[b].count : a < b;
+  }
+  void Place(size_t pos, uint32_t slot) {
+    heap_[pos] = slot;
+    slots_[slot].heap_pos = static_cast<uint32_t>(pos);
+  }
+  void SiftUp(size_t pos);
+  void SiftDown(size_t pos);
+  void RemoveFromHeap(uint32_t slot);
+
   std::vector<Slot> slots_;
-  std::vector<size_t> free_;
-  std::unordered_map<std::string, size_t> index_;
-  std::set<std::pair<uint64_t, size_t>> by_count_;  // (count, slot): the minimum is replaced
+  std::vector<uint32_t> free_;
+  std::vector<uint32_t> heap_;
+  absl::flat_hash_map<std::string_view, uint32_t> index_;
 };
 
 class ClientCap {
@@ -80,9 +98,9 @@ class ClientCap {
 
   size_t max_clients_;
   int64_t idle_ns_;
-  std::unordered_map<std::string, Activity> admitted_;
+  absl::flat_hash_map<std::string, Activity> admitted_;
   // Slots kept free for heavy folded clients until their next request (or the next Compact).
-  std::unordered_set<std::string> reserved_;
+  absl::flat_hash_set<std::string> reserved_;
   SpaceSaving folded_;
 };
 

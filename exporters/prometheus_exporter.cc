@@ -177,6 +177,12 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
   exempt_folded_ = &series_folded_->Add({{"metric", kExemptFamilyName}});
 }
 
+const std::string& PrometheusExporter::Key(std::initializer_list<std::string_view> values) {
+  key_.clear();
+  for (std::string_view v : values) key_.append(v).push_back('\x1f');
+  return key_;
+}
+
 template <typename MakeLabels>
 prometheus::Counter& PrometheusExporter::ClientCounter(ClientFamily family,
                                                        const std::string& client, bool admitted,
@@ -225,19 +231,13 @@ void PrometheusExporter::Compact(int64_t now_ns) {
 }
 
 void PrometheusExporter::CountRequest(const RequestLabels& l, uint64_t response_bytes) {
-  std::string key;
-  key.reserve(96);
-  for (const std::string* s :
-       {&l.verb, &l.group, &l.version, &l.resource, &l.subresource, &l.scope, &l.code}) {
-    key += *s;
-    key += '\x1f';
-  }
   auto labels = [&l] {
     return Labels{{"verb", l.verb},         {"group", l.group},
                   {"version", l.version},   {"resource", l.resource},
                   {"subresource", l.subresource}, {"scope", l.scope}, {"code", l.code}};
   };
   std::lock_guard lock(mu_);
+  const std::string& key = Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope, l.code});
   bool admitted = cap_.Admit(l.client, /*is_request=*/true);
   ClientCounter(kRequests, l.client, admitted, key, labels).Increment();
   if (response_bytes) {
@@ -249,9 +249,8 @@ void PrometheusExporter::CountRequest(const RequestLabels& l, uint64_t response_
 void PrometheusExporter::CountList(const std::string& client, const std::string& group,
                                    const std::string& resource, const std::string& scope,
                                    const std::string& consistency, bool paginated) {
-  std::string key = group + '\x1f' + resource + '\x1f' + scope + '\x1f' + consistency +
-                    (paginated ? "\x1fp" : "\x1fu");
   std::lock_guard lock(mu_);
+  const std::string& key = Key({group, resource, scope, consistency, paginated ? "p" : "u"});
   bool admitted = cap_.Admit(client, /*is_request=*/false);
   ClientCounter(kLists, client, admitted, key, [&] {
     return Labels{{"group", group},
@@ -264,8 +263,8 @@ void PrometheusExporter::CountList(const std::string& client, const std::string&
 
 void PrometheusExporter::CountApf(const std::string& client, const std::string& priority_level,
                                   const std::string& flow_schema) {
-  std::string key = priority_level + '\x1f' + flow_schema;
   std::lock_guard lock(mu_);
+  const std::string& key = Key({priority_level, flow_schema});
   bool admitted = cap_.Admit(client, /*is_request=*/false);
   ClientCounter(kApf, client, admitted, key, [&] {
     return Labels{{"priority_level", OrUnknown(priority_level)},
@@ -300,15 +299,14 @@ void PrometheusExporter::CountWatch(const std::string& client, const std::string
   // or earlier; short ones hint at relist churn.
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800};
-  std::string resource_key = group + '\x1f' + resource;
-  std::string key = resource_key + '\x1f' + (send_initial_events ? "true" : "false");
   std::lock_guard lock(mu_);
   bool admitted = cap_.Admit(client, /*is_request=*/false);
-  ClientCounter(kWatches, client, admitted, key, [&] {
+  ClientCounter(kWatches, client, admitted, Key({group, resource, send_initial_events ? "true" : "false"}), [&] {
     return Labels{{"group", group},
                   {"resource", resource},
                   {"send_initial_events", send_initial_events ? "true" : "false"}};
   }).Increment();
+  const std::string& resource_key = Key({group, resource});
   auto it = watch_duration_cache_.find(resource_key);
   if (it == watch_duration_cache_.end()) {
     it = watch_duration_cache_
@@ -414,8 +412,8 @@ void PrometheusExporter::ObserveEtcdDuration(const std::string& method, const st
   // etcd's own grpc_server_handling_seconds buckets (go-grpc-prometheus's defaults).
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
-  std::string key = method + '\x1f' + resource;
   std::lock_guard lock(mu_);
+  const std::string& key = Key({method, resource});
   auto it = etcd_duration_cache_.find(key);
   if (it == etcd_duration_cache_.end()) {
     it = etcd_duration_cache_
@@ -431,8 +429,8 @@ void PrometheusExporter::ObserveDuration(const std::string& verb, const std::str
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3,
       4,     5,     6,    8,   10,  15,  20,  30,  45,  60};
-  std::string key = verb + '\x1f' + group + '\x1f' + resource;
   std::lock_guard lock(mu_);
+  const std::string& key = Key({verb, group, resource});
   auto it = duration_cache_.find(key);
   if (it == duration_cache_.end()) {
     it = duration_cache_

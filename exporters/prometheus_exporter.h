@@ -14,7 +14,10 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <absl/container/flat_hash_map.h>
+
 #include <array>
+#include <initializer_list>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -115,7 +118,7 @@ class PrometheusExporter {
   };
   // Per client, its counters in each client family by their other labels (a key).
   using ClientCounters =
-      std::array<std::unordered_map<std::string, prometheus::Counter*>, kClientFamilyCount>;
+      std::array<absl::flat_hash_map<std::string, prometheus::Counter*>, kClientFamilyCount>;
   using Labels = std::map<std::string, std::string>;
 
   // The counter of `client` (or of "other" when it is not admitted) in `family`; `labels`
@@ -124,6 +127,8 @@ class PrometheusExporter {
   prometheus::Counter& ClientCounter(ClientFamily family, const std::string& client, bool admitted,
                                      const std::string& key, MakeLabels make_labels);
   void EndClientSeries(const std::string& client);
+  // `values` joined by \x1f into key_ (reused: no allocation per request); under mu_.
+  const std::string& Key(std::initializer_list<std::string_view> values);
   void AddCumulative(prometheus::Family<prometheus::Counter>& family,
                      std::map<std::string, uint64_t>& seen, const std::string& label_name,
                      const std::string& label_value, uint64_t cumulative);
@@ -164,18 +169,19 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Counter>* series_folded_;
 
   std::mutex mu_;
+  std::string key_;  // Key()'s buffer
   ClientCap cap_;
   int64_t idle_ns_;
   std::array<prometheus::Family<prometheus::Counter>*, kClientFamilyCount> client_families_;
   std::array<size_t, kClientFamilyCount> clients_per_family_{};
   std::array<prometheus::Gauge*, kClientFamilyCount> client_series_gauges_;
   std::array<prometheus::Counter*, kClientFamilyCount> folded_counters_;
-  std::unordered_map<std::string, ClientCounters> client_counters_;
+  absl::flat_hash_map<std::string, ClientCounters> client_counters_;
   // Histogram handles per label set: Family::Add hashes a std::map on every call.
-  std::unordered_map<std::string, prometheus::Histogram*> duration_cache_;
-  std::unordered_map<std::string, prometheus::Histogram*> etcd_duration_cache_;
-  std::unordered_map<std::string, prometheus::Histogram*> watch_duration_cache_;
-  std::unordered_map<std::string, prometheus::Histogram*> retry_after_cache_;
+  absl::flat_hash_map<std::string, prometheus::Histogram*> duration_cache_;
+  absl::flat_hash_map<std::string, prometheus::Histogram*> etcd_duration_cache_;
+  absl::flat_hash_map<std::string, prometheus::Histogram*> watch_duration_cache_;
+  absl::flat_hash_map<std::string, prometheus::Histogram*> retry_after_cache_;
   // Exempt clients of the current round (the detector bounds them; capped here as well).
   std::unordered_set<std::string> exempt_clients_;
   std::unordered_set<prometheus::Gauge*> exempt_gauges_;

@@ -37,6 +37,7 @@ BUILD_PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev       # Alertmanager push
   libssl-dev                 # client certificates' subjects (CN, O) from DER
+  libabsl-dev                # flat hash maps for the per-request state (detectors, metric children)
 )
 # Real components the tests and the demo run against.
 TEST_PKGS=(

@@ -2,45 +2,93 @@
 // recently touched key first and tells the caller (a detector must still resolve a storm
 // whose key it drops). Iteration runs from the most to the least recently touched key.
 // Not thread-safe.
+//
+// Built for the per-request path: an open-addressing index (absl::flat_hash_map) of slot
+// numbers, entries in fixed chunks linked by slot number (no node allocated per insert, no
+// pointer chasing through a std::list), and values that never move once inserted.
 #pragma once
+
+#include <absl/container/flat_hash_map.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <list>
-#include <unordered_map>
+#include <iterator>
+#include <memory>
+#include <new>
 #include <utility>
+#include <vector>
 
 namespace stormwatch {
 
-template <typename Key, typename Value, typename Hash = std::hash<Key>>
+template <typename Key, typename Value, typename Hash = absl::Hash<Key>>
 class BoundedLru {
  public:
   using Entry = std::pair<const Key, Value>;
-  using iterator = typename std::list<Entry>::iterator;
-  using const_iterator = typename std::list<Entry>::const_iterator;
 
-  explicit BoundedLru(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
+ private:
+  static constexpr uint32_t kNil = UINT32_MAX;
+  static constexpr size_t kChunk = 256;  // entries per allocation
+  struct Slot {
+    alignas(Entry) unsigned char storage[sizeof(Entry)];
+    uint32_t prev = kNil, next = kNil;  // towards the more / less recently touched
+    Entry& entry() { return *std::launder(reinterpret_cast<Entry*>(storage)); }
+    const Entry& entry() const { return *std::launder(reinterpret_cast<const Entry*>(storage)); }
+  };
+
+  template <typename Lru, typename E>
+  class Iter {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = Entry;
+    using difference_type = std::ptrdiff_t;
+    using pointer = E*;
+    using reference = E&;
+    Iter() = default;
+    Iter(Lru* lru, uint32_t slot) : lru_(lru), slot_(slot) {}
+    E& operator*() const { return lru_->At(slot_).entry(); }
+    E* operator->() const { return &**this; }
+    Iter& operator++() {
+      slot_ = lru_->At(slot_).next;
+      return *this;
+    }
+    bool operator==(const Iter& o) const { return slot_ == o.slot_; }
+    bool operator!=(const Iter& o) const { return slot_ != o.slot_; }
+
+   private:
+    friend class BoundedLru;
+    Lru* lru_ = nullptr;
+    uint32_t slot_ = kNil;
+  };
+
+ public:
+  using iterator = Iter<BoundedLru, Entry>;
+  using const_iterator = Iter<const BoundedLru, const Entry>;
+
+  explicit BoundedLru(size_t capacity)
+      : capacity_(std::clamp<size_t>(capacity, 1, kNil - 1)) {}
   BoundedLru(const BoundedLru&) = delete;
   BoundedLru& operator=(const BoundedLru&) = delete;
+  ~BoundedLru() {
+    for (uint32_t s = head_; s != kNil; s = At(s).next) At(s).entry().~Entry();
+  }
 
   // The value of `key` without changing its recency; nullptr when absent.
   Value* Find(const Key& key) {
     auto it = index_.find(key);
-    return it == index_.end() ? nullptr : &it->second->second;
+    return it == index_.end() ? nullptr : &At(it->second).entry().second;
   }
   const Value* Find(const Key& key) const {
     auto it = index_.find(key);
-    return it == index_.end() ? nullptr : &it->second->second;
+    return it == index_.end() ? nullptr : &At(it->second).entry().second;
   }
 
   // The value of `key`, made the most recent; nullptr when absent.
   Value* Touch(const Key& key) {
     auto it = index_.find(key);
     if (it == index_.end()) return nullptr;
-    entries_.splice(entries_.begin(), entries_, it->second);
-    return &it->second->second;
+    MoveToFront(it->second);
+    return &At(it->second).entry().second;
   }
 
   // The value of `key`, made the most recent; created from `make()` when absent, after
@@ -48,44 +96,93 @@ class BoundedLru {
   template <typename Make, typename OnEvict>
   Value& FindOrInsert(const Key& key, Make make, OnEvict on_evict) {
     if (Value* v = Touch(key)) return *v;
-    while (entries_.size() >= capacity_) {
-      Entry& victim = entries_.back();
+    while (size_ >= capacity_) {
+      Entry& victim = At(tail_).entry();
       on_evict(victim.first, victim.second);
       index_.erase(victim.first);
-      entries_.pop_back();
+      Release(tail_);
       ++evictions_;
     }
-    entries_.emplace_front(key, make());
-    index_.emplace(key, entries_.begin());
-    return entries_.front().second;
+    const uint32_t s = Acquire();
+    new (At(s).storage) Entry(key, make());
+    LinkFront(s);
+    index_.emplace(key, s);
+    return At(s).entry().second;
   }
 
   bool Erase(const Key& key) {
     auto it = index_.find(key);
     if (it == index_.end()) return false;
-    entries_.erase(it->second);
+    const uint32_t s = it->second;
     index_.erase(it);
+    Release(s);
     return true;
   }
 
   // Erases the entry at `it` (from iteration); returns the next one.
   iterator Erase(iterator it) {
-    index_.erase(it->first);
-    return entries_.erase(it);
+    const uint32_t s = it.slot_;
+    const uint32_t next = At(s).next;
+    index_.erase(At(s).entry().first);
+    Release(s);
+    return iterator(this, next);
   }
 
-  iterator begin() { return entries_.begin(); }
-  iterator end() { return entries_.end(); }
-  const_iterator begin() const { return entries_.begin(); }
-  const_iterator end() const { return entries_.end(); }
-  size_t size() const { return entries_.size(); }
+  iterator begin() { return iterator(this, head_); }
+  iterator end() { return iterator(this, kNil); }
+  const_iterator begin() const { return const_iterator(this, head_); }
+  const_iterator end() const { return const_iterator(this, kNil); }
+  size_t size() const { return size_; }
   size_t capacity() const { return capacity_; }
   uint64_t evictions() const { return evictions_; }
 
  private:
+  Slot& At(uint32_t s) { return chunks_[s / kChunk][s % kChunk]; }
+  const Slot& At(uint32_t s) const { return chunks_[s / kChunk][s % kChunk]; }
+
+  uint32_t Acquire() {
+    if (free_ != kNil) {
+      const uint32_t s = free_;
+      free_ = At(s).next;
+      return s;
+    }
+    if (allocated_ % kChunk == 0) chunks_.push_back(std::make_unique<Slot[]>(kChunk));
+    return allocated_++;
+  }
+  // Unlinks slot `s`, destroys its entry and puts it on the free list.
+  void Release(uint32_t s) {
+    Unlink(s);
+    At(s).entry().~Entry();
+    At(s).next = free_;
+    free_ = s;
+  }
+  void Unlink(uint32_t s) {
+    Slot& slot = At(s);
+    (slot.prev == kNil ? head_ : At(slot.prev).next) = slot.next;
+    (slot.next == kNil ? tail_ : At(slot.next).prev) = slot.prev;
+    slot.prev = slot.next = kNil;
+    --size_;
+  }
+  void LinkFront(uint32_t s) {
+    Slot& slot = At(s);
+    slot.prev = kNil;
+    slot.next = head_;
+    (head_ == kNil ? tail_ : At(head_).prev) = s;
+    head_ = s;
+    ++size_;
+  }
+  void MoveToFront(uint32_t s) {
+    if (s == head_) return;
+    Unlink(s);
+    LinkFront(s);
+  }
+
   size_t capacity_;
-  std::list<Entry> entries_;  // front = most recently touched
-  std::unordered_map<Key, iterator, Hash> index_;
+  absl::flat_hash_map<Key, uint32_t, Hash> index_;
+  std::vector<std::unique_ptr<Slot[]>> chunks_;
+  uint32_t allocated_ = 0;  // slots handed out so far (chunks_ hold them)
+  uint32_t head_ = kNil, tail_ = kNil, free_ = kNil;
+  size_t size_ = 0;
   uint64_t evictions_ = 0;
 };
 

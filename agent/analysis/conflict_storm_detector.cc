@@ -7,11 +7,11 @@
 #include <utility>
 
 #include "agent/analysis/throttled_client_detector.h"
+#include "agent/kube/record_keys.h"
 
 namespace stormwatch {
 namespace {
 
-constexpr char kSep = '\x1f';  // cannot occur in names, users or resources
 constexpr size_t kTopObjects = 5;
 
 double Round2(double v) { return std::round(v * 100) / 100; }
@@ -44,9 +44,8 @@ void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   ++observed_;
 
   // Identity = user + pod: replicas of one service account are told apart by their pod.
-  std::string key = r.identity.user;
-  key.append(1, kSep).append(r.identity.pod_name).append(1, kSep).append(info.api_group);
-  key.append(1, kSep).append(info.resource);
+  const RecordKeys keys = KeysOf(r);
+  const uint64_t key = CombineKeys(keys.client, keys.resource);
   Entry& e = entries_.FindOrInsert(
       key,
       [&] {
@@ -57,18 +56,16 @@ void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
         fresh.first_seen_s = now_ns / kNsPerSecond;
         return fresh;
       },
-      [&](const std::string&, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
-  e.identity.user_agent = r.identity.user_agent;
+      [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
+  KeepLatestUserAgent(e.identity, r.identity);
   e.writes.Add(now_ns);
   if (status) e.status_writes.Add(now_ns);
   if (r.status != 409) return;
   e.conflicts.Add(now_ns);
   if (status) e.status_conflicts.Add(now_ns);
 
-  std::string object_key = key;
-  object_key.append(1, kSep).append(info.namespace_).append(1, kSep).append(info.name);
   ContendedObject& o = objects_.FindOrInsert(
-      object_key,
+      CombineKeys(keys.client, keys.object),
       [&] {
         ContendedObject fresh(static_cast<size_t>(config_.sustain_s) + 1);
         fresh.entry_key = key;
@@ -76,7 +73,7 @@ void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
         fresh.name = info.name;
         return fresh;
       },
-      [](const std::string&, ContendedObject&) {});
+      [](uint64_t, ContendedObject&) {});
   o.conflicts.Add(now_ns);
 }
 
@@ -154,7 +151,7 @@ std::vector<StormTransition> ConflictStormDetector::Evaluate(int64_t now_ns) {
 
   // Which keys need evidence (firing now or already), then their most contended objects in
   // one pass over the objects.
-  std::unordered_map<std::string, std::vector<const ContendedObject*>> top;
+  std::unordered_map<uint64_t, std::vector<const ContendedObject*>> top;
   for (const auto& [key, e] : entries_) {
     if (e.alert.firing() || Holds(e, last)) top.emplace(key, std::vector<const ContendedObject*>{});
   }

@@ -56,7 +56,7 @@ class ConflictStormDetector final : public StormDetector {
   };
   struct ContendedObject {
     explicit ContendedObject(size_t ring) : conflicts(ring) {}
-    std::string entry_key;
+    uint64_t entry_key = 0;  // its Entry's
     std::string namespace_;
     std::string name;
     SecondBuckets conflicts;
@@ -69,8 +69,8 @@ class ConflictStormDetector final : public StormDetector {
 
   ConflictStormConfig config_;
   size_t ring_;
-  BoundedLru<std::string, Entry> entries_;
-  BoundedLru<std::string, ContendedObject> objects_;  // touched on 409s only
+  BoundedLru<uint64_t, Entry> entries_;  // by client and resource (RecordKeys)
+  BoundedLru<uint64_t, ContendedObject> objects_;  // by client and object; touched on 409s only
   EvictedAlerts evicted_;
   uint64_t observed_ = 0;
 };

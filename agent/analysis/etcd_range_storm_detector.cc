@@ -1,5 +1,7 @@
 #include "agent/analysis/etcd_range_storm_detector.h"
 
+#include "agent/kube/record_keys.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -36,17 +38,15 @@ void EtcdRangeStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   if (config_.allow.Allows(r.identity.user)) return;
   ++observed_;
   // By resource name only: etcd's key prefixes carry no API group.
-  std::string key = r.identity.user;
-  key.append(1, kSep).append(r.identity.pod_name).append(1, kSep).append(r.info.resource);
   ListClient& c = list_clients_.FindOrInsert(
-      key,
+      CombineKeys(KeysOf(r).client, HashFields({r.info.resource})),
       [&] {
         ListClient fresh(static_cast<size_t>(config_.sustain_s) + 1);
         fresh.identity = r.identity;
         fresh.resource = r.info.resource;
         return fresh;
       },
-      [](const std::string&, ListClient&) {});
+      [](uint64_t, ListClient&) {});
   c.lists.Add(now_ns);
 }
 

@@ -75,7 +75,7 @@ class EtcdRangeStormDetector final : public StormDetector {
   EtcdRangeStormConfig config_;
   size_t ring_;
   BoundedLru<std::string, Prefix> prefixes_;
-  BoundedLru<std::string, ListClient> list_clients_;
+  BoundedLru<uint64_t, ListClient> list_clients_;  // by client and resource name
   EvictedAlerts evicted_;
   uint64_t observed_ = 0;
 };

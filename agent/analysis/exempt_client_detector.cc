@@ -1,5 +1,7 @@
 #include "agent/analysis/exempt_client_detector.h"
 
+#include "agent/kube/record_keys.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <utility>
@@ -33,21 +35,21 @@ void ExemptClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const bool by_masters = r.identity.system_masters;
   if (!by_level && !by_masters) {
     // Another level, or an unknown level from a client not known to be exempt.
-    if (!r.response.priority_level.empty() || clients_.Find(user) == nullptr) return;
+    if (!r.response.priority_level.empty() || clients_.Find(KeysOf(r).user) == nullptr) return;
   }
   ++observed_;
 
   const auto ring = static_cast<size_t>(
       std::max({config_.active_window_s, config_.escalate_sustain_s, config_.resolve_s}) + 1);
   Entry& e = clients_.FindOrInsert(
-      user,
+      KeysOf(r).user,
       [&] {
         Entry fresh(ring);
         fresh.identity = r.identity;
         fresh.first_seen_ns = now_ns;
         return fresh;
       },
-      [&](const std::string&, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
+      [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
   KeepLatestUserAgent(e.identity, r.identity);
   if (by_masters) {
     e.identity.system_masters = true;
@@ -77,12 +79,12 @@ std::vector<ExemptClient> ExemptClientDetector::ExemptClients(int64_t now_ns) co
   const int64_t now_s = now_ns / kNsPerSecond;
   const int window = config_.active_window_s;
   std::vector<ExemptClient> out;
-  for (const auto& [user, e] : clients_) {
+  for (const auto& [key, e] : clients_) {
     if (e.last_seen_ns < now_ns - window * kNsPerSecond) continue;
     // Complete seconds only; a client first seen 5 s ago is averaged over 5 s, not 60.
     const int64_t seconds = std::clamp<int64_t>(now_s - e.first_seen_ns / kNsPerSecond, 1, window);
     const double rate = e.requests.Sum(now_s - 1, window) / static_cast<double>(seconds);
-    out.push_back({user, Reason(e), rate, e.last_seen_ns});
+    out.push_back({e.identity.user, Reason(e), rate, e.last_seen_ns});
   }
   std::sort(out.begin(), out.end(), [](const ExemptClient& a, const ExemptClient& b) {
     if (a.requests_per_second != b.requests_per_second) {

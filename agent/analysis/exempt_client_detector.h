@@ -78,7 +78,7 @@ class ExemptClientDetector final : public StormDetector {
   StormEvidence BuildEvidence(const Entry& e, int64_t last) const;
 
   ExemptClientConfig config_;
-  BoundedLru<std::string, Entry> clients_;
+  BoundedLru<uint64_t, Entry> clients_;  // by RecordKeys::user
   EvictedAlerts evicted_;
   uint64_t observed_ = 0;
 };

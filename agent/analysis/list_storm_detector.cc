@@ -1,5 +1,7 @@
 #include "agent/analysis/list_storm_detector.h"
 
+#include "agent/kube/record_keys.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <utility>
@@ -7,7 +9,6 @@
 namespace stormwatch {
 namespace {
 
-constexpr char kSep = '\x1f';  // cannot occur in user names or resources
 
 double Round2(double v) { return static_cast<double>(static_cast<int64_t>(v * 100 + 0.5)) / 100; }
 
@@ -45,15 +46,11 @@ void ListStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   if (r.info.verb != "list" || config_.allow.Allows(r.identity.user)) return;
   ++observed_;
 
-  std::string key;
-  key.reserve(r.identity.user.size() + r.info.api_group.size() + r.info.resource.size() + 2);
-  key.append(r.identity.user).push_back(kSep);
-  key.append(r.info.api_group).push_back(kSep);
-  key.append(r.info.resource);
+  const RecordKeys keys = KeysOf(r);
   // Windows ending at each of the last resolve_s seconds, plus the second in progress.
   const auto ring = static_cast<size_t>(config_.sustain_s + config_.resolve_s + 1);
   Entry& e = entries_.FindOrInsert(
-      key,
+      CombineKeys(keys.user, keys.resource),
       [&] {
         Entry fresh(ring);
         fresh.identity = r.identity;
@@ -62,7 +59,7 @@ void ListStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
         fresh.first_seen_ns = now_ns;
         return fresh;
       },
-      [&](const std::string&, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
+      [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
   KeepLatestUserAgent(e.identity, r.identity);
   if (r.identity.system_masters) e.identity.system_masters = true;
   if (e.identity.groups.empty() && !r.identity.groups.empty()) e.identity.groups = r.identity.groups;

@@ -77,7 +77,7 @@ class ListStormDetector final : public StormDetector {
   StormEvidence BuildEvidence(const Entry& e, const Second& window) const;
 
   ListStormConfig config_;
-  BoundedLru<std::string, Entry> entries_;
+  BoundedLru<uint64_t, Entry> entries_;  // by user and resource (RecordKeys)
   EvictedAlerts evicted_;
   uint64_t observed_ = 0;
 };

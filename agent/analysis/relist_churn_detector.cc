@@ -6,11 +6,11 @@
 #include <utility>
 
 #include "agent/kube/query_shape.h"
+#include "agent/kube/record_keys.h"
 
 namespace stormwatch {
 namespace {
 
-constexpr char kSep = '\x1f';  // cannot occur in names, users, resources or selectors
 
 double Round2(double v) { return static_cast<double>(static_cast<int64_t>(v * 100 + 0.5)) / 100; }
 
@@ -38,17 +38,10 @@ void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const int64_t start_ns = StartNs(r, now_ns);
 
   // Client instance = user + pod: replicas of one service account each run their informers.
-  std::string key;
-  key.reserve(r.identity.user.size() + r.identity.pod_name.size() + r.info.api_group.size() +
-              r.info.resource.size() + 3);
-  key.append(r.identity.user).push_back(kSep);
-  key.append(r.identity.pod_name).push_back(kSep);
-  key.append(r.info.api_group).push_back(kSep);
-  key.append(r.info.resource);
-  std::string informer_key = key;
-  informer_key.append(1, kSep).append(r.info.namespace_);
-  informer_key.append(1, kSep).append(r.info.label_selector);
-  informer_key.append(1, kSep).append(r.info.field_selector);
+  const RecordKeys keys = KeysOf(r);
+  const uint64_t key = CombineKeys(keys.client, keys.resource);
+  const uint64_t informer_key = CombineKeys(
+      key, HashFields({r.info.namespace_, r.info.label_selector, r.info.field_selector}));
 
   // Windows ending at each of the last resolve_s seconds, plus the second in progress.
   const auto ring = static_cast<size_t>(config_.window_s + config_.resolve_s + 1);
@@ -61,7 +54,7 @@ void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
         fresh.resource = r.info.resource;
         return fresh;
       },
-      [&](const std::string&, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
+      [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
   KeepLatestUserAgent(e.identity, r.identity);
   Informer& informer =
       informers_.FindOrInsert(informer_key, [] { return Informer{}; }, [](auto&, auto&) {});

@@ -88,8 +88,8 @@ class RelistChurnDetector final : public StormDetector {
   StormEvidence BuildEvidence(const Entry& e, const Window& w, int64_t last) const;
 
   RelistChurnConfig config_;
-  BoundedLru<std::string, Entry> entries_;
-  BoundedLru<std::string, Informer> informers_;
+  BoundedLru<uint64_t, Entry> entries_;  // by client and resource (RecordKeys)
+  BoundedLru<uint64_t, Informer> informers_;  // by entry, namespace and selectors
   EvictedAlerts evicted_;
   uint64_t observed_ = 0;
 };

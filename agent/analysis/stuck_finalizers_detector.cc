@@ -1,5 +1,7 @@
 #include "agent/analysis/stuck_finalizers_detector.h"
 
+#include "agent/kube/record_keys.h"
+
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
@@ -8,7 +10,6 @@
 namespace stormwatch {
 namespace {
 
-constexpr char kSep = '\x1f';  // cannot occur in names, users or resources
 constexpr int kWriterBuckets = 10;  // the writer lookback, cut into this many coarse buckets
 constexpr size_t kExamples = 5;
 constexpr int kDeleteRateWindowS = 60;
@@ -49,7 +50,7 @@ StuckFinalizersDetector::StuckFinalizersDetector(StuckFinalizersConfig config)
 }
 
 StuckFinalizersDetector::Resource& StuckFinalizersDetector::TouchResource(
-    const RequestRecord& r, const std::string& key, int64_t now_ns) {
+    const RequestRecord& r, uint64_t key, int64_t now_ns) {
   return resources_.FindOrInsert(
       key,
       [&] {
@@ -58,40 +59,37 @@ StuckFinalizersDetector::Resource& StuckFinalizersDetector::TouchResource(
         fresh.resource = r.info.resource;
         return fresh;
       },
-      [&](const std::string&, Resource& victim) { evicted_.Evict(victim.alert, now_ns); });
+      [&](uint64_t, Resource& victim) { evicted_.Evict(victim.alert, now_ns); });
 }
 
-void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r,
-                                           const std::string& resource_key,
-                                           const std::string& object_key, bool allowed,
-                                           int64_t now_ns) {
+void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordKeys& keys,
+                                           bool allowed, int64_t now_ns) {
+  const bool object = !r.info.name.empty();
   if (!allowed) {
-    TouchResource(r, resource_key, now_ns);
-    std::string writer_key = resource_key;
-    writer_key.append(1, kSep).append(r.identity.user).append(1, kSep).append(r.identity.pod_name);
+    TouchResource(r, keys.resource, now_ns);
     Writer& w = writers_.FindOrInsert(
-        writer_key,
+        CombineKeys(keys.resource, keys.client),
         [&] {
           Writer fresh(kWriterBuckets);
           fresh.identity = std::make_shared<const Identity>(r.identity);
-          fresh.resource_key = resource_key;
+          fresh.resource_key = keys.resource;
           return fresh;
         },
-        [](const std::string&, Writer&) {});
+        [](uint64_t, Writer&) {});
     // SecondBuckets counts per second of its argument: a coarser clock gives coarser buckets.
     w.writes.Add(now_ns / writer_bucket_s_);
     w.last_write_ns = std::max(w.last_write_ns, now_ns);
-    if (!object_key.empty()) {
-      last_writes_.FindOrInsert(object_key, [] { return LastWrite{}; },
-                                [](const std::string&, LastWrite&) {}) = {w.identity, now_ns};
+    if (object) {
+      last_writes_.FindOrInsert(keys.object, [] { return LastWrite{}; },
+                                [](uint64_t, LastWrite&) {}) = {w.identity, now_ns};
     }
   }
   const ResponseFacts& f = r.response;
-  if (object_key.empty() || r.status < 200 || r.status >= 300) return;
+  if (!object || r.status < 200 || r.status >= 300) return;
   if (!f.object_seen || !f.finalizers_seen) return;
   if (f.finalizers.empty() || !f.deletion_timestamp) {
-    terminating_.Erase(object_key);  // finalizers gone (or a new object of the same name)
-  } else if (Terminating* t = terminating_.Find(object_key)) {
+    terminating_.Erase(keys.object);  // finalizers gone (or a new object of the same name)
+  } else if (Terminating* t = terminating_.Find(keys.object)) {
     t->finalizers = f.finalizers;  // some removed, others left
   }
 }
@@ -105,43 +103,37 @@ void StuckFinalizersDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   if (!write && !remove && !not_found) return;
   ++observed_;
 
-  std::string resource_key = info.api_group;
-  resource_key.append(1, kSep).append(info.resource);
-  std::string object_key;
-  if (!info.name.empty()) {
-    object_key = resource_key;
-    object_key.append(1, kSep).append(info.namespace_).append(1, kSep).append(info.name);
-  }
+  const RecordKeys keys = KeysOf(r);
   if (not_found) {
-    terminating_.Erase(object_key);
+    terminating_.Erase(keys.object);
     return;
   }
   const bool allowed = config_.allow.Allows(r.identity.user);
   if (write) {
-    ObserveWrite(r, resource_key, object_key, allowed, now_ns);
+    ObserveWrite(r, keys, allowed, now_ns);
     return;
   }
 
-  Resource& res = TouchResource(r, resource_key, now_ns);
+  Resource& res = TouchResource(r, keys.resource, now_ns);
   res.deletes.Add(now_ns);
   res.last_delete_ns = std::max(res.last_delete_ns, now_ns);
-  if (object_key.empty() || r.status < 200 || r.status >= 300) return;
+  if (info.name.empty() || r.status < 200 || r.status >= 300) return;
   const ResponseFacts& f = r.response;
   if (!f.object_seen || !f.deletion_timestamp || (f.finalizers_seen && f.finalizers.empty())) {
-    terminating_.Erase(object_key);  // deleted outright, or held by nothing but a grace period
+    terminating_.Erase(keys.object);  // deleted outright, or held by nothing but a grace period
     return;
   }
   if (!f.finalizers_seen || allowed) return;
-  if (Terminating* t = terminating_.Find(object_key)) {
+  if (Terminating* t = terminating_.Find(keys.object)) {
     t->finalizers = f.finalizers;  // a repeated DELETE: still terminating since the first
     return;
   }
   terminating_.FindOrInsert(
-      object_key,
+      keys.object,
       [&] {
-        return Terminating{resource_key, info.namespace_, info.name, f.finalizers, now_ns};
+        return Terminating{keys.resource, info.namespace_, info.name, f.finalizers, now_ns};
       },
-      [](const std::string&, Terminating&) {});
+      [](uint64_t, Terminating&) {});
 }
 
 double StuckFinalizersDetector::WritesInLookback(const Writer& w) const {
@@ -149,7 +141,7 @@ double StuckFinalizersDetector::WritesInLookback(const Writer& w) const {
 }
 
 StormEvidence StuckFinalizersDetector::BuildEvidence(const Resource& res,
-                                                     const std::string& resource_key,
+                                                     uint64_t resource_key,
                                                      const Stuck& stuck, int64_t now_ns) const {
   // The silent controller: steady before, silent now, while deletes kept coming.
   const Writer* silent = nullptr;
@@ -225,7 +217,7 @@ std::vector<StormTransition> StuckFinalizersDetector::Evaluate(int64_t now_ns) {
     return a->name < b->name;
   };
 
-  std::unordered_map<std::string, Stuck> stuck;
+  std::unordered_map<uint64_t, Stuck> stuck;
   for (auto it = terminating_.begin(); it != terminating_.end();) {
     const Terminating& t = it->second;
     if (resources_.Find(t.resource_key) == nullptr) {

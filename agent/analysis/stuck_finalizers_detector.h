@@ -50,7 +50,7 @@ class StuckFinalizersDetector final : public StormDetector {
 
  private:
   struct Terminating {
-    std::string resource_key;
+    uint64_t resource_key = 0;  // RecordKeys::resource
     std::string namespace_;
     std::string name;
     std::vector<std::string> finalizers;
@@ -63,7 +63,7 @@ class StuckFinalizersDetector final : public StormDetector {
   struct Writer {
     explicit Writer(size_t buckets) : writes(buckets) {}
     std::shared_ptr<const Identity> identity;
-    std::string resource_key;
+    uint64_t resource_key = 0;
     SecondBuckets writes;  // in coarse buckets of writer_bucket_s_ seconds, not 1 s
     int64_t last_write_ns = 0;
   };
@@ -78,19 +78,19 @@ class StuckFinalizersDetector final : public StormDetector {
   };
   struct Stuck;  // per-resource aggregate of one Evaluate
 
-  Resource& TouchResource(const RequestRecord& r, const std::string& key, int64_t now_ns);
-  void ObserveWrite(const RequestRecord& r, const std::string& resource_key,
-                    const std::string& object_key, bool allowed, int64_t now_ns);
+  Resource& TouchResource(const RequestRecord& r, uint64_t key, int64_t now_ns);
+  void ObserveWrite(const RequestRecord& r, const RecordKeys& keys, bool allowed, int64_t now_ns);
   double WritesInLookback(const Writer& w) const;
-  StormEvidence BuildEvidence(const Resource& res, const std::string& resource_key,
+  StormEvidence BuildEvidence(const Resource& res, uint64_t resource_key,
                               const Stuck& stuck, int64_t now_ns) const;
 
   StuckFinalizersConfig config_;
   int64_t writer_bucket_s_;  // writer_lookback_s / kWriterBuckets, rounded up
-  BoundedLru<std::string, Terminating> terminating_;  // front = newest mark
-  BoundedLru<std::string, LastWrite> last_writes_;    // by object
-  BoundedLru<std::string, Writer> writers_;           // by (resource, identity)
-  BoundedLru<std::string, Resource> resources_;
+  // Keyed by RecordKeys: objects, resources, and (resource, client) for writers.
+  BoundedLru<uint64_t, Terminating> terminating_;  // front = newest mark
+  BoundedLru<uint64_t, LastWrite> last_writes_;    // by object
+  BoundedLru<uint64_t, Writer> writers_;           // by (resource, client)
+  BoundedLru<uint64_t, Resource> resources_;
   EvictedAlerts evicted_;
   uint64_t observed_ = 0;
   uint64_t orphans_dropped_ = 0;  // terminating objects whose resource was evicted

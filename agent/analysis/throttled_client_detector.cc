@@ -5,10 +5,11 @@
 #include <cstdio>
 #include <utility>
 
+#include "agent/kube/record_keys.h"
+
 namespace stormwatch {
 namespace {
 
-constexpr char kSep = '\x1f';  // cannot occur in names, users or resources
 constexpr size_t kMaxResourcesPerClient = 8;
 constexpr size_t kTopResources = 3;
 
@@ -65,17 +66,15 @@ void ThrottledClientDetector::CountResource(Client& c, const RequestRecord& r,
 void ThrottledClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   if (config_.allow.Allows(r.identity.user)) return;
   ++observed_;
-  std::string key = r.identity.user;
-  key.append(1, kSep).append(r.identity.pod_name);
   Client& c = clients_.FindOrInsert(
-      key,
+      KeysOf(r).client,
       [&] {
         Client fresh(ring_);
         fresh.identity = r.identity;
         return fresh;
       },
-      [&](const std::string&, Client& victim) { evicted_.Evict(victim.alert, now_ns); });
-  c.identity.user_agent = r.identity.user_agent;
+      [&](uint64_t, Client& victim) { evicted_.Evict(victim.alert, now_ns); });
+  KeepLatestUserAgent(c.identity, r.identity);
   c.requests.Add(now_ns);
   if (!r.response.priority_level.empty()) c.priority_level = r.response.priority_level;
   if (!r.response.flow_schema.empty()) c.flow_schema = r.response.flow_schema;

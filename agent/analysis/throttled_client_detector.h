@@ -74,7 +74,7 @@ class ThrottledClientDetector final : public StormDetector {
 
   ThrottledClientConfig config_;
   size_t ring_;
-  BoundedLru<std::string, Client> clients_;
+  BoundedLru<uint64_t, Client> clients_;  // by RecordKeys::client
   EvictedAlerts evicted_;
   uint64_t observed_ = 0;
 };

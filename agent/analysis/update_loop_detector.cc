@@ -9,12 +9,12 @@
 
 #include "agent/analysis/second_ring.h"
 #include "agent/analysis/storm_lifecycle.h"
+#include "agent/kube/record_keys.h"
 
 namespace stormwatch {
 namespace {
 
 constexpr int64_t kBucketNs = 1'000'000'000;
-constexpr char kSep = '\x1f';  // cannot occur in names, users or resources
 
 int64_t BucketOf(int64_t ns) {
   return ns >= 0 ? ns / kBucketNs : -((-ns + kBucketNs - 1) / kBucketNs);
@@ -64,17 +64,21 @@ int EffectiveWindow(int window, int64_t first_seen_ns, int64_t last_bucket) {
 }  // namespace
 
 struct UpdateLoopDetector::ObjectEntry {
-  ObjectEntry(std::string k, std::string rk, std::string ns, std::string n, size_t ring)
-      : key(std::move(k)),
-        resource_key(std::move(rk)),
+  ObjectEntry(uint64_t k, uint64_t rk, std::string ns, std::string n, size_t ring)
+      : key(k),
+        resource_key(rk),
         namespace_(std::move(ns)),
         name(std::move(n)),
         counts(ring) {}
-  std::string key;
-  std::string resource_key;
+  uint64_t key;           // client and object (RecordKeys)
+  uint64_t resource_key;  // its ResourceEntry's
   std::string namespace_;
   std::string name;
   SecondRing<uint32_t> counts;
+  // The newest bucket any write had reached when this object was last written: no write of it
+  // is newer, and it never increases down objects_ (which is in write order), so Evaluate stops
+  // at the first object whose writes all precede the window.
+  int64_t touched_bucket = 0;
   // metadata.generation in the write responses (when their body was captured): a loop whose
   // writes never move it changes only metadata or status.
   int64_t last_generation = -1;
@@ -84,7 +88,7 @@ struct UpdateLoopDetector::ObjectEntry {
 
 struct UpdateLoopDetector::ResourceEntry {
   explicit ResourceEntry(size_t ring) : buckets(ring) {}
-  std::string key;
+  uint64_t key = 0;  // client and resource (RecordKeys)
   Identity identity;
   std::string api_group;
   std::string resource;
@@ -150,7 +154,7 @@ void UpdateLoopDetector::EvictResourceIfFull() {
 }
 
 UpdateLoopDetector::ResourceEntry& UpdateLoopDetector::TouchResource(const RequestRecord& r,
-                                                                     const std::string& key,
+                                                                     uint64_t key,
                                                                      int64_t now_ns) {
   if (auto it = resource_index_.find(key); it != resource_index_.end()) {
     resources_.splice(resources_.begin(), resources_, it->second);
@@ -182,15 +186,9 @@ void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   ++stats_.writes_observed;
 
   // Identity = user + pod: replicas of one service account are told apart by their pod.
-  std::string resource_key;
-  resource_key.reserve(r.identity.user.size() + r.identity.pod_name.size() + info.api_group.size() +
-                       info.resource.size() + 4);
-  resource_key.append(r.identity.user).push_back(kSep);
-  resource_key.append(r.identity.pod_name).push_back(kSep);
-  resource_key.append(info.api_group).push_back(kSep);
-  resource_key.append(info.resource);
-  std::string object_key = resource_key;
-  object_key.append(1, kSep).append(info.namespace_).append(1, kSep).append(info.name);
+  const RecordKeys keys = KeysOf(r);
+  const uint64_t resource_key = CombineKeys(keys.client, keys.resource);
+  const uint64_t object_key = CombineKeys(keys.client, keys.object);
 
   const int64_t bucket = BucketOf(now_ns);
   ObjectEntry* object;
@@ -200,9 +198,11 @@ void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   } else {
     EvictObjectIfFull();
     objects_.emplace_front(object_key, resource_key, info.namespace_, info.name, object_ring_);
-    object_index_.emplace(std::move(object_key), objects_.begin());
+    object_index_.emplace(object_key, objects_.begin());
     object = &objects_.front();
   }
+  newest_bucket_ = std::max(newest_bucket_, bucket);
+  object->touched_bucket = newest_bucket_;
   uint32_t* count = object->counts.Slot(bucket);
   ResourceEntry& res = TouchResource(r, resource_key, now_ns);
   ResourceBucket* rb = res.buckets.Slot(bucket);
@@ -288,6 +288,7 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
   };
   const auto object_limit = static_cast<int>(object_ring_) - 1;
   for (const ObjectEntry& o : objects_) {
+    if (o.touched_bucket < last - window + 1) break;  // this one and all after: no recent write
     uint64_t writes = 0;
     for (int64_t s = last - window + 1; s <= last; ++s) writes += o.counts.At(s);
     if (writes == 0) continue;  // nothing in the window, so no run either

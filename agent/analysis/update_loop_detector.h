@@ -14,6 +14,8 @@
 // Not thread-safe: one owner calls Observe and Evaluate.
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
+
 #include <cstdint>
 #include <list>
 #include <string>
@@ -125,7 +127,7 @@ class UpdateLoopDetector {
   struct ObjectEntry;
   struct ResourceEntry;
 
-  ResourceEntry& TouchResource(const RequestRecord& r, const std::string& key, int64_t now_ns);
+  ResourceEntry& TouchResource(const RequestRecord& r, uint64_t key, int64_t now_ns);
   void EvictResourceIfFull();
   void EvictObjectIfFull();
   UpdateLoopEvidence BuildEvidence(const ResourceEntry& res, int64_t last_bucket,
@@ -137,11 +139,12 @@ class UpdateLoopDetector {
 
   // LRU lists (front = most recently written) with indexes into them.
   std::list<ObjectEntry> objects_;
-  std::unordered_map<std::string, std::list<ObjectEntry>::iterator> object_index_;
+  absl::flat_hash_map<uint64_t, std::list<ObjectEntry>::iterator> object_index_;
   std::list<ResourceEntry> resources_;
-  std::unordered_map<std::string, std::list<ResourceEntry>::iterator> resource_index_;
+  absl::flat_hash_map<uint64_t, std::list<ResourceEntry>::iterator> resource_index_;
 
   std::vector<UpdateLoopTransition> pending_;  // Resolved for firing keys that were evicted
+  int64_t newest_bucket_ = 0;  // the newest bucket written so far
   UpdateLoopStats stats_;
 };
 

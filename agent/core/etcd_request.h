@@ -97,6 +97,7 @@ inline const char* EtcdStreamMessageName(EtcdStreamMessage m) {
     case EtcdStreamMessage::kWatchCreate: return "watch_create";
     case EtcdStreamMessage::kWatchCancel: return "watch_cancel";
     case EtcdStreamMessage::kLeaseKeepAlive: return "lease_keepalive";
+    case EtcdStreamMessage::kWatchStream:  // the stream itself, counted as a call
     case EtcdStreamMessage::kNone: break;
   }
   return "";

@@ -99,6 +99,17 @@ struct EtcdReads {
   int64_t limit = 0;    // the Range's limit (a cache-served consistent LIST reads 1 key)
 };
 
+// Hashes of who and what a request is about, computed once per record (agent/kube/record_keys.h)
+// so every detector keys its state by integers instead of building and hashing strings. Keyed
+// (a per-process secret), so a client cannot craft names that collide with another's.
+struct RecordKeys {
+  uint64_t user = 0;      // identity.user
+  uint64_t client = 0;    // identity.user + pod: replicas of one service account told apart
+  uint64_t resource = 0;  // API group + resource
+  uint64_t object = 0;    // resource + namespace + name
+  bool set = false;       // false: not computed (detectors compute them themselves)
+};
+
 struct RequestRecord {
   // Capture facts.
   uint32_t pid = 0;
@@ -125,6 +136,7 @@ struct RequestRecord {
   RequestInfo info;
   QueryShape shape;
   Identity identity;
+  RecordKeys keys;  // of identity and info, once both are final
 
   EtcdReads etcd;
 };

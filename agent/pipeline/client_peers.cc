@@ -2,21 +2,32 @@
 
 #include <algorithm>
 
+#include "agent/kube/record_keys.h"
 #include "agent/protocol/tcp_endpoint.h"
 
 namespace stormwatch {
 
-void ClientPeers::Observe(const std::string& client, const std::string& peer_address,
-                          const std::string& local_address, int64_t now_ns) {
-  Client& c = clients_.FindOrInsert(client, [] { return Client{}; }, [](const std::string&, const Client&) {});
+uint64_t ClientPeers::KeyOf(const std::string& client) { return HashFields({client}); }
+
+void ClientPeers::Observe(uint64_t client_key, const std::string& client,
+                          const std::string& peer_address, const std::string& local_address,
+                          int64_t now_ns) {
+  Client& c = clients_.FindOrInsert(
+      client_key,
+      [&] {
+        Client fresh;
+        fresh.name = client;
+        return fresh;
+      },
+      [](uint64_t, const Client&) {});
   ++c.requests;
   c.last_ns = now_ns;
   if (peer_address.empty()) return;
-  std::string ip = EndpointHost(peer_address);
+  const std::string_view ip = EndpointHostView(peer_address);
   auto it = std::find_if(c.peers.begin(), c.peers.end(), [&](const Peer& p) { return p.ip == ip; });
   if (it == c.peers.end()) {
     if (c.peers.size() < kPeersPerClient) {
-      it = c.peers.insert(c.peers.end(), Peer{ip, "", "", 0});
+      it = c.peers.insert(c.peers.end(), Peer{std::string(ip), "", "", 0});
     } else {
       it = std::min_element(c.peers.begin(), c.peers.end(),
                             [](const Peer& a, const Peer& b) { return a.requests < b.requests; });
@@ -45,13 +56,13 @@ nlohmann::json ClientPeers::PeersJson(const Client& c, size_t limit) {
 }
 
 nlohmann::json ClientPeers::TopPeers(const std::string& client, size_t limit) const {
-  const Client* c = clients_.Find(client);
+  const Client* c = clients_.Find(KeyOf(client));
   return c ? PeersJson(*c, limit) : nlohmann::json::array();
 }
 
 nlohmann::json ClientPeers::Snapshot(int64_t now_ns, size_t limit) const {
   std::vector<std::pair<const std::string*, const Client*>> sorted;
-  for (const auto& [name, c] : clients_) sorted.emplace_back(&name, &c);
+  for (const auto& [key, c] : clients_) sorted.emplace_back(&c.name, &c);
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
     return a.second->requests != b.second->requests ? a.second->requests > b.second->requests
                                                     : *a.first < *b.first;

@@ -24,7 +24,13 @@ class ClientPeers {
   // One request of `client` from `peer_address` to `local_address` ("ip:port"; an empty peer
   // counts the request only).
   void Observe(const std::string& client, const std::string& peer_address,
+               const std::string& local_address, int64_t now_ns) {
+    Observe(KeyOf(client), client, peer_address, local_address, now_ns);
+  }
+  // The same with the client's key (KeyOf(client)) already known: the per-request path.
+  void Observe(uint64_t client_key, const std::string& client, const std::string& peer_address,
                const std::string& local_address, int64_t now_ns);
+  static uint64_t KeyOf(const std::string& client);
 
   // The client's peers, most requests first, at most `limit`:
   // [{"ip": "10.244.1.7", "requests": 120, "last_peer": "10.244.1.7:51234",
@@ -45,13 +51,14 @@ class ClientPeers {
     uint64_t requests = 0;
   };
   struct Client {
+    std::string name;
     uint64_t requests = 0;
     int64_t last_ns = 0;
     std::vector<Peer> peers;  // <= kPeersPerClient
   };
   static nlohmann::json PeersJson(const Client& c, size_t limit);
 
-  BoundedLru<std::string, Client> clients_;
+  BoundedLru<uint64_t, Client> clients_;  // by KeyOf(name)
 };
 
 }  // namespace stormwatch

@@ -14,6 +14,7 @@
 #include "agent/kube/object_facts.h"
 #include "agent/kube/metric_labels.h"
 #include "agent/kube/query_shape.h"
+#include "agent/kube/record_keys.h"
 #include "agent/kube/request_info.h"
 #include "agent/protocol/h2_events.h"
 #include "agent/protocol/tls_events.h"
@@ -282,6 +283,7 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   }
   r.info = ParseRequestInfo(r.method, r.path);
   r.shape = ParseQueryShape(r.info, r.path);
+  r.keys = RecordKeysOf(r);  // identity and info are final: every detector keys by these
   // Facts from the response body, then the body is gone: it may be a Secret.
   // Only writes' (POST, PUT, PATCH, DELETE: as the HTTP/2 probe keeps them); HTTP/1.1 keeps
   // every response's first bytes.
@@ -296,7 +298,10 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   if (recorder_.request) recorder_.request(r);
   MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
   const std::string client = ClientLabel(r.identity);
-  peers_.Observe(client, r.peer_address, r.local_address, static_cast<int64_t>(r.end_ns));
+  // KeyOf(client): the user's key, or that of "unknown".
+  static const uint64_t kUnknownKey = ClientPeers::KeyOf(ClientLabel(Identity{}));
+  peers_.Observe(r.identity.user.empty() ? kUnknownKey : r.keys.user, client, r.peer_address,
+                 r.local_address, static_cast<int64_t>(r.end_ns));
   exporter_->CountRequest(RequestLabels{client, m.verb, m.group, m.version, m.resource,
                                         m.subresource, m.scope, std::to_string(r.status)},
                           r.response_bytes);

@@ -24,11 +24,13 @@ std::string FormatTcpEndpoint(std::span<const uint8_t> ip, uint16_t port) {
   return "";
 }
 
-std::string EndpointHost(const std::string& endpoint) {
+std::string_view EndpointHostView(std::string_view endpoint) {
   size_t colon = endpoint.rfind(':');
-  if (colon == std::string::npos) return "";
+  if (colon == std::string_view::npos) return "";
   if (endpoint.starts_with('[')) return endpoint.substr(1, colon - 2);
   return endpoint.substr(0, colon);
 }
+
+std::string EndpointHost(const std::string& endpoint) { return std::string(EndpointHostView(endpoint)); }
 
 }  // namespace stormwatch

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace stormwatch {
 
@@ -14,5 +15,6 @@ std::string FormatTcpEndpoint(std::span<const uint8_t> ip, uint16_t port);
 
 // The IP part of a formatted endpoint: "10.0.0.7", "fd00::7"; "" for "".
 std::string EndpointHost(const std::string& endpoint);
+std::string_view EndpointHostView(std::string_view endpoint);  // the same, within `endpoint`
 
 }  // namespace stormwatch

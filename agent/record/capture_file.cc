@@ -316,6 +316,8 @@ Result<std::unique_ptr<CaptureReader>> CaptureReader::Open(const std::string& pa
   return r;
 }
 
+CaptureReader::~CaptureReader() = default;
+
 Result<std::optional<CaptureRecord>> CaptureReader::Next() {
   uint64_t consumed = 0;
   const uint64_t at = offset_;
@@ -332,7 +334,8 @@ Result<std::optional<CaptureRecord>> CaptureReader::Next() {
       break;
   }
   offset_ += consumed;
-  pb::Record rec;
+  if (!record_) record_ = std::make_unique<pb::Record>();
+  pb::Record& rec = *record_;
   if (!rec.ParseFromString(scratch_)) {
     return Error{path_ + ": undecodable record at offset " + std::to_string(at)};
   }

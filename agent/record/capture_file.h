@@ -21,6 +21,10 @@
 #include "agent/core/result.h"
 
 namespace stormwatch {
+namespace capture::v1 {
+class Record;
+}
+
 
 inline constexpr char kCaptureMagic[] = "stormwatch-capture";
 inline constexpr uint32_t kCaptureVersion = 1;
@@ -85,6 +89,7 @@ class CaptureReader {
   // Opens `path` and checks its header: not a capture file, or a version this reader does not
   // know, is an error.
   static Result<std::unique_ptr<CaptureReader>> Open(const std::string& path);
+  ~CaptureReader();
   const CaptureHeader& header() const { return header_; }
   // The next record; nullopt at the end. A truncated last record (a recording cut by a crash)
   // ends the file; a corrupt one (undecodable, or larger than kMaxCaptureRecordBytes) is an
@@ -99,6 +104,8 @@ class CaptureReader {
   uint64_t offset_ = 0;
   uint64_t truncated_tail_ = 0;
   std::string scratch_;
+  // One decoded record, reused: its strings and sub-messages keep their memory between records.
+  std::unique_ptr<capture::v1::Record> record_;
 };
 
 }  // namespace stormwatch

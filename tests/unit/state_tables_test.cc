@@ -1,0 +1,235 @@
+// The per-request state tables: BoundedLru (the detectors' bounded maps), the Space-Saving
+// sketch of folded clients, and the record keys they are keyed by. Each checked against a
+// plain reference implementation on a long random operation sequence.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/analysis/bounded_lru.h"
+#include "agent/kube/record_keys.h"
+#include "exporters/client_cap.h"
+
+namespace stormwatch {
+namespace {
+
+TEST(BoundedLru, EvictsLeastRecentAndIteratesMostRecentFirst) {
+  BoundedLru<uint64_t, std::string> lru(3);
+  std::vector<uint64_t> evicted;
+  auto on_evict = [&](uint64_t k, std::string&) { evicted.push_back(k); };
+  for (uint64_t k : {1, 2, 3}) lru.FindOrInsert(k, [k] { return "v" + std::to_string(k); }, on_evict);
+  std::string* one = lru.Touch(1);  // 1 is now the most recent
+  ASSERT_NE(one, nullptr);
+  lru.FindOrInsert(4, [] { return std::string("v4"); }, on_evict);
+  EXPECT_EQ(evicted, std::vector<uint64_t>{2});
+  std::vector<uint64_t> order;
+  for (const auto& [k, v] : lru) order.push_back(k);
+  EXPECT_EQ(order, (std::vector<uint64_t>{4, 1, 3}));
+  EXPECT_EQ(lru.Find(1), one);  // values never move
+  EXPECT_EQ(*one, "v1");
+  EXPECT_EQ(lru.evictions(), 1u);
+  for (auto it = lru.begin(); it != lru.end();) it = it->first == 1 ? lru.Erase(it) : std::next(it);
+  EXPECT_EQ(lru.size(), 2u);
+  EXPECT_EQ(lru.Find(1), nullptr);
+  EXPECT_TRUE(lru.Erase(3));
+  EXPECT_FALSE(lru.Erase(3));
+  order.clear();
+  for (const auto& [k, v] : lru) order.push_back(k);
+  EXPECT_EQ(order, std::vector<uint64_t>{4});
+}
+
+// Against a std::list + std::map reference: 200k random finds, inserts and erases over 3,000
+// keys with room for 1,000, including erasing while iterating.
+TEST(BoundedLru, MatchesAReferenceLruOnRandomOperations) {
+  constexpr size_t kCapacity = 1000;
+  BoundedLru<uint64_t, uint64_t> lru(kCapacity);
+  std::list<std::pair<uint64_t, uint64_t>> ref;  // front = most recent
+  uint64_t seed = 42;
+  auto next = [&] { return seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; };
+  auto ref_find = [&](uint64_t k) {
+    return std::find_if(ref.begin(), ref.end(), [k](const auto& e) { return e.first == k; });
+  };
+  for (int i = 0; i < 200000; ++i) {
+    const uint64_t r = next();
+    const uint64_t key = (r >> 20) % 3000;
+    switch ((r >> 8) % 10) {
+      case 0: {
+        auto it = ref_find(key);
+        const bool present = it != ref.end();
+        if (present) ref.erase(it);
+        ASSERT_EQ(lru.Erase(key), present);
+        break;
+      }
+      case 1: {
+        const uint64_t* v = lru.Find(key);
+        auto it = ref_find(key);
+        ASSERT_EQ(v != nullptr, it != ref.end());
+        if (v) ASSERT_EQ(*v, it->second);
+        break;
+      }
+      default: {
+        std::vector<uint64_t> evicted, expected;
+        uint64_t& v = lru.FindOrInsert(key, [&] { return uint64_t{0}; },
+                                       [&](uint64_t k, uint64_t&) { evicted.push_back(k); });
+        ++v;
+        auto it = ref_find(key);
+        if (it != ref.end()) {
+          ref.splice(ref.begin(), ref, it);
+        } else {
+          while (ref.size() >= kCapacity) {
+            expected.push_back(ref.back().first);
+            ref.pop_back();
+          }
+          ref.emplace_front(key, 0);
+        }
+        ++ref.front().second;
+        ASSERT_EQ(evicted, expected);
+      }
+    }
+    if (i % 20000 == 0) {  // erase every 7th key while iterating
+      for (auto it = lru.begin(); it != lru.end();) it = it->first % 7 == 0 ? lru.Erase(it) : std::next(it);
+      ref.remove_if([](const auto& e) { return e.first % 7 == 0; });
+    }
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> got;
+  for (const auto& [k, v] : lru) got.emplace_back(k, v);
+  const std::vector<std::pair<uint64_t, uint64_t>> want(ref.begin(), ref.end());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(lru.size(), ref.size());
+}
+
+// The sketch's heap against the ordered set it replaced: the slot with the smallest
+// (count, slot) is replaced, so both keep exactly the same keys and counts.
+class ReferenceSpaceSaving {
+ public:
+  explicit ReferenceSpaceSaving(size_t capacity) : slots_(capacity) {
+    for (size_t i = capacity; i > 0; --i) free_.push_back(i - 1);
+  }
+  void Add(const std::string& key, uint64_t amount) {
+    if (auto it = index_.find(key); it != index_.end()) {
+      by_count_.erase({slots_[it->second].count, it->second});
+      slots_[it->second].count += amount;
+      by_count_.insert({slots_[it->second].count, it->second});
+      return;
+    }
+    size_t i;
+    uint64_t error = 0;
+    if (!free_.empty()) {
+      i = free_.back();
+      free_.pop_back();
+    } else {
+      i = by_count_.begin()->second;
+      by_count_.erase(by_count_.begin());
+      index_.erase(slots_[i].key);
+      error = slots_[i].count;
+    }
+    slots_[i] = {key, error + amount, error};
+    index_[key] = i;
+    by_count_.insert({slots_[i].count, i});
+  }
+  void Erase(const std::string& key) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return;
+    by_count_.erase({slots_[it->second].count, it->second});
+    free_.push_back(it->second);
+    index_.erase(it);
+  }
+  void Decay() {
+    by_count_.clear();
+    for (auto it = index_.begin(); it != index_.end();) {
+      Slot& s = slots_[it->second];
+      s.count /= 2;
+      s.error /= 2;
+      if (s.count == 0) {
+        free_.push_back(it->second);
+        it = index_.erase(it);
+      } else {
+        by_count_.insert({s.count, it->second});
+        ++it;
+      }
+    }
+  }
+  std::map<std::string, uint64_t> Guaranteed() const {
+    std::map<std::string, uint64_t> out;
+    for (const auto& [key, i] : index_) out[key] = slots_[i].count - slots_[i].error;
+    return out;
+  }
+
+ private:
+  struct Slot {
+    std::string key;
+    uint64_t count = 0, error = 0;
+  };
+  std::vector<Slot> slots_;
+  std::vector<size_t> free_;
+  std::map<std::string, size_t> index_;
+  std::set<std::pair<uint64_t, size_t>> by_count_;
+};
+
+TEST(SpaceSavingTest, HeapKeepsWhatTheOrderedSetKept) {
+  SpaceSaving sketch(64);
+  ReferenceSpaceSaving ref(64);
+  uint64_t seed = 7;
+  auto next = [&] { return seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; };
+  for (int i = 0; i < 100000; ++i) {
+    const uint64_t r = next();
+    // A few heavy clients among many light ones.
+    const uint64_t client = (r >> 12) % 4 == 0 ? (r >> 20) % 8 : (r >> 20) % 2000;
+    const std::string key = "system:serviceaccount:tenant:controller-" + std::to_string(client);
+    if ((r >> 4) % 50 == 0) {
+      sketch.Erase(key);
+      ref.Erase(key);
+    } else {
+      sketch.Add(key, 1 + (r >> 40) % 3);
+      ref.Add(key, 1 + (r >> 40) % 3);
+    }
+    if (i % 5000 == 4999) {
+      sketch.Decay();
+      ref.Decay();
+    }
+    if (i % 997 == 0) {
+      std::map<std::string, uint64_t> got;
+      for (const auto& [k, v] : ref.Guaranteed()) got[k] = sketch.Guaranteed(k);
+      ASSERT_EQ(got, ref.Guaranteed()) << "after " << i << " operations";
+      ASSERT_EQ(sketch.size(), ref.Guaranteed().size());
+    }
+  }
+}
+
+TEST(RecordKeys, FieldsAreDelimitedAndKeysFollowTheRecord) {
+  EXPECT_NE(HashFields({"ab", "c"}), HashFields({"a", "bc"}));
+  EXPECT_EQ(HashFields({"a", "bc"}), HashFields({"a", "bc"}));
+  EXPECT_NE(CombineKeys(1, 2), CombineKeys(2, 1));
+
+  RequestRecord r;
+  r.identity.user = "system:serviceaccount:shop:carts";
+  r.identity.pod_name = "carts-1";
+  r.info.api_group = "apps";
+  r.info.resource = "deployments";
+  r.info.namespace_ = "shop";
+  r.info.name = "carts";
+  const RecordKeys k = KeysOf(r);  // not set: computed
+  EXPECT_TRUE(k.set);
+  RequestRecord replica = r;
+  replica.identity.pod_name = "carts-2";
+  const RecordKeys kr = KeysOf(replica);
+  EXPECT_EQ(kr.user, k.user);           // the same user ...
+  EXPECT_NE(kr.client, k.client);       // ... but another client (pod)
+  EXPECT_EQ(kr.object, k.object);       // on the same object
+  RequestRecord other_group = r;
+  other_group.info.api_group = "extensions";
+  EXPECT_NE(KeysOf(other_group).resource, k.resource);
+  EXPECT_NE(KeysOf(other_group).object, k.object);
+  r.keys = k;
+  r.info.name = "changed";  // set keys stand as the pipeline computed them
+  EXPECT_EQ(KeysOf(r).object, k.object);
+}
+
+}  // namespace
+}  // namespace stormwatch
