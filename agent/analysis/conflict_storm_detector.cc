@@ -50,14 +50,14 @@ void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       key,
       [&] {
         Entry fresh(ring_);
-        fresh.identity = r.identity;
+        fresh.identity = SharedIdentity(r);
         fresh.api_group = info.api_group;
         fresh.resource = info.resource;
         fresh.first_seen_s = now_ns / kNsPerSecond;
         return fresh;
       },
       [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
-  KeepLatestUserAgent(e.identity, r.identity);
+  KeepLatestIdentity(e.identity, r);
   e.writes.Add(now_ns);
   if (status) e.status_writes.Add(now_ns);
   if (r.status != 409) return;
@@ -113,7 +113,7 @@ StormEvidence ConflictStormDetector::BuildEvidence(
 
   StormEvidence ev;
   ev.storm = kConflictStormStorm;
-  ev.identity = e.identity;
+  ev.identity = *e.identity;
   ev.api_group = e.api_group;
   ev.resource = e.resource;
   if (!top.empty() && std::all_of(top.begin(), top.end(), [&](const ContendedObject* o) {
@@ -139,7 +139,7 @@ StormEvidence ConflictStormDetector::BuildEvidence(
   std::snprintf(figures, sizeof(figures), "%.0f%% of %.1f writes/s, %.1f conflicts/s",
                 ratio * 100, writes / n, conflicts / n);
   const std::string what = e.resource + (e.api_group.empty() ? "" : "." + e.api_group);
-  ev.summary = "client " + (e.identity.user.empty() ? std::string("unknown") : e.identity.user) +
+  ev.summary = "client " + (e.identity->user.empty() ? std::string("unknown") : e.identity->user) +
                " gets 409 Conflict on " + what + " (" + figures +
                (top.empty() ? "" : ", most on " + top.front()->name) + ")";
   return ev;

@@ -44,7 +44,7 @@ class ConflictStormDetector final : public StormDetector {
   struct Entry {
     explicit Entry(size_t ring)
         : writes(ring), conflicts(ring), status_writes(ring), status_conflicts(ring) {}
-    Identity identity;
+    IdentityRef identity;
     std::string api_group;
     std::string resource;
     int64_t first_seen_s = 0;        // the window is judged only once watched whole

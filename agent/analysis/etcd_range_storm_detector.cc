@@ -42,7 +42,7 @@ void EtcdRangeStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       CombineKeys(KeysOf(r).client, HashFields({r.info.resource})),
       [&] {
         ListClient fresh(static_cast<size_t>(config_.sustain_s) + 1);
-        fresh.identity = r.identity;
+        fresh.identity = SharedIdentity(r);
         fresh.resource = r.info.resource;
         return fresh;
       },
@@ -120,8 +120,8 @@ StormEvidence EtcdRangeStormDetector::BuildEvidence(const Prefix& p, int64_t las
     if (!p.resource.empty() && c.resource != p.resource) continue;
     const double lists = c.lists.Sum(last, n);
     if (lists <= 0) continue;
-    Cause& cause = causes[c.identity.user + kSep + c.identity.pod_name];
-    cause.identity = &c.identity;
+    Cause& cause = causes[c.identity->user + kSep + c.identity->pod_name];
+    cause.identity = c.identity.get();
     cause.resources.append(cause.resources.empty() ? "" : ",").append(c.resource);
     cause.lists += lists;
   }

@@ -64,7 +64,7 @@ class EtcdRangeStormDetector final : public StormDetector {
   };
   struct ListClient {
     explicit ListClient(size_t ring) : lists(ring) {}
-    Identity identity;
+    IdentityRef identity;
     std::string resource;
     SecondBuckets lists;  // consistent LISTs per second
   };

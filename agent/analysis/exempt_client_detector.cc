@@ -45,16 +45,12 @@ void ExemptClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       KeysOf(r).user,
       [&] {
         Entry fresh(ring);
-        fresh.identity = r.identity;
+        fresh.identity = SharedIdentity(r);
         fresh.first_seen_ns = now_ns;
         return fresh;
       },
       [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
-  KeepLatestUserAgent(e.identity, r.identity);
-  if (by_masters) {
-    e.identity.system_masters = true;
-    if (e.identity.groups.empty()) e.identity.groups = r.identity.groups;
-  }
+  KeepLatestIdentity(e.identity, r);  // system:masters and its groups, once seen, stay
   e.priority_level_exempt = e.priority_level_exempt || by_level;
   e.system_masters = e.system_masters || by_masters;
   e.requests.Add(now_ns);
@@ -84,7 +80,7 @@ std::vector<ExemptClient> ExemptClientDetector::ExemptClients(int64_t now_ns) co
     // Complete seconds only; a client first seen 5 s ago is averaged over 5 s, not 60.
     const int64_t seconds = std::clamp<int64_t>(now_s - e.first_seen_ns / kNsPerSecond, 1, window);
     const double rate = e.requests.Sum(now_s - 1, window) / static_cast<double>(seconds);
-    out.push_back({e.identity.user, Reason(e), rate, e.last_seen_ns});
+    out.push_back({e.identity->user, Reason(e), rate, e.last_seen_ns});
   }
   std::sort(out.begin(), out.end(), [](const ExemptClient& a, const ExemptClient& b) {
     if (a.requests_per_second != b.requests_per_second) {
@@ -101,7 +97,7 @@ StormEvidence ExemptClientDetector::BuildEvidence(const Entry& e, int64_t last) 
   StormEvidence ev;
   ev.storm = kExemptClientName;
   ev.severity = "critical";
-  ev.identity = e.identity;
+  ev.identity = *e.identity;
   ev.fix = kExemptClientFix;
   ev.details = {
       {"reason", reason},
@@ -109,17 +105,17 @@ StormEvidence ExemptClientDetector::BuildEvidence(const Entry& e, int64_t last) 
       {"window_s", config_.escalate_sustain_s},
       {"top_verbs", TopList(e.verbs, "verb", 5)},
       {"top_resources", TopList(e.resources, "resource", 5)},
-      {"user_agent", e.identity.user_agent},
-      {"component", e.identity.component},
+      {"user_agent", e.identity->user_agent},
+      {"component", e.identity->component},
       {"priority_level", e.priority_level_exempt ? "exempt" : ""},
       {"flow_schema", e.flow_schemas.Most()},
       {"system_masters", e.system_masters},
   };
-  if (!e.identity.groups.empty()) ev.details["groups"] = e.identity.groups;
+  if (!e.identity->groups.empty()) ev.details["groups"] = e.identity->groups;
   char figures[64];
   std::snprintf(figures, sizeof(figures), "%.1f requests/s", rate);
   ev.summary = "exempt client " +
-               (e.identity.user.empty() ? std::string("unknown") : e.identity.user) + " (" +
+               (e.identity->user.empty() ? std::string("unknown") : e.identity->user) + " (" +
                reason + ") at " + figures +
                ": API Priority and Fairness does not limit it";
   return ev;

@@ -62,7 +62,7 @@ class ExemptClientDetector final : public StormDetector {
  private:
   struct Entry {
     explicit Entry(size_t ring) : requests(ring) {}
-    Identity identity;  // as last seen: the user agent may change
+    IdentityRef identity;  // as last seen: the user agent may change
     bool priority_level_exempt = false;
     bool system_masters = false;
     SecondBuckets requests;

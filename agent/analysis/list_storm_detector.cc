@@ -53,16 +53,14 @@ void ListStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       CombineKeys(keys.user, keys.resource),
       [&] {
         Entry fresh(ring);
-        fresh.identity = r.identity;
+        fresh.identity = SharedIdentity(r);
         fresh.api_group = r.info.api_group;
         fresh.resource = r.info.resource;
         fresh.first_seen_ns = now_ns;
         return fresh;
       },
       [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
-  KeepLatestUserAgent(e.identity, r.identity);
-  if (r.identity.system_masters) e.identity.system_masters = true;
-  if (e.identity.groups.empty() && !r.identity.groups.empty()) e.identity.groups = r.identity.groups;
+  KeepLatestIdentity(e.identity, r);
   if (!r.response.priority_level.empty()) e.priority_levels.Add(r.response.priority_level);
   if (!r.response.flow_schema.empty()) e.flow_schemas.Add(r.response.flow_schema);
 
@@ -118,12 +116,12 @@ StormEvidence ListStormDetector::BuildEvidence(const Entry& e, const Second& w) 
       (static_cast<double>(w.bytes) + extra * static_cast<double>(w.expensive_bytes)) / seconds;
   const double bytes_per_list = w.lists ? static_cast<double>(w.bytes) / w.lists : 0.0;
   const std::string priority_level = e.priority_levels.Most();
-  const bool exempt = e.priority_levels.Count("exempt") > 0 || e.identity.system_masters;
+  const bool exempt = e.priority_levels.Count("exempt") > 0 || e.identity->system_masters;
 
   StormEvidence ev;
   ev.storm = kListStormName;
   ev.severity = exempt ? "critical" : "warning";
-  ev.identity = e.identity;
+  ev.identity = *e.identity;
   ev.api_group = e.api_group;
   ev.resource = e.resource;
   ev.fix = kListStormFix;
@@ -144,13 +142,13 @@ StormEvidence ListStormDetector::BuildEvidence(const Entry& e, const Second& w) 
         {"cluster_scope", w.cluster_scope},
         {"namespace_scope", w.lists - w.cluster_scope},
         {"consistent_unpaginated_cluster_scope", w.expensive}}},
-      {"user_agent", e.identity.user_agent},
-      {"component", e.identity.component},
+      {"user_agent", e.identity->user_agent},
+      {"component", e.identity->component},
       {"priority_level", priority_level},
       {"flow_schema", e.flow_schemas.Most()},
-      {"system_masters", e.identity.system_masters},
+      {"system_masters", e.identity->system_masters},
   };
-  if (!e.identity.groups.empty()) ev.details["groups"] = e.identity.groups;
+  if (!e.identity->groups.empty()) ev.details["groups"] = e.identity->groups;
   // What its consistent LISTs cost etcd, from the Ranges they were matched to on this node.
   std::string etcd_cost;
   if (w.etcd_lists > 0) {
@@ -171,11 +169,11 @@ StormEvidence ListStormDetector::BuildEvidence(const Entry& e, const Second& w) 
   std::snprintf(figures, sizeof(figures), "%.1f LIST/s (weighted %.1f/s), %.1f MB/s, %u of %u",
                 lists_per_second, weighted_lists_per_second, bytes_per_second / (1024 * 1024),
                 w.expensive, w.lists);
-  ev.summary = "client " + (e.identity.user.empty() ? std::string("unknown") : e.identity.user) +
+  ev.summary = "client " + (e.identity->user.empty() ? std::string("unknown") : e.identity->user) +
                " is polling LIST " + what + ": " + figures +
                " consistent, unpaginated, cluster-scope" +
                (priority_level.empty() ? "" : ", priority level " + priority_level) +
-               (e.identity.system_masters ? ", group system:masters" : "") + etcd_cost;
+               (e.identity->system_masters ? ", group system:masters" : "") + etcd_cost;
   return ev;
 }
 

@@ -62,7 +62,7 @@ class ListStormDetector final : public StormDetector {
   };
   struct Entry {
     explicit Entry(size_t ring) : seconds(ring) {}
-    Identity identity;  // as last seen: the user agent may change
+    IdentityRef identity;  // as last seen: the user agent may change
     std::string api_group;
     std::string resource;
     int64_t first_seen_ns = 0;

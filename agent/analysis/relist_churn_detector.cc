@@ -49,13 +49,13 @@ void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       key,
       [&] {
         Entry fresh(ring);
-        fresh.identity = r.identity;
+        fresh.identity = SharedIdentity(r);
         fresh.api_group = r.info.api_group;
         fresh.resource = r.info.resource;
         return fresh;
       },
       [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
-  KeepLatestUserAgent(e.identity, r.identity);
+  KeepLatestIdentity(e.identity, r);
   Informer& informer =
       informers_.FindOrInsert(informer_key, [] { return Informer{}; }, [](auto&, auto&) {});
   Second* second = e.seconds.Slot(start_ns / kNsPerSecond);  // nullptr: began too long ago
@@ -130,7 +130,7 @@ StormEvidence RelistChurnDetector::BuildEvidence(const Entry& e, const Window& w
 
   StormEvidence ev;
   ev.storm = kRelistChurnName;
-  ev.identity = e.identity;
+  ev.identity = *e.identity;
   ev.api_group = e.api_group;
   ev.resource = e.resource;
   ev.namespace_ = e.relist_namespace;
@@ -147,8 +147,8 @@ StormEvidence RelistChurnDetector::BuildEvidence(const Entry& e, const Window& w
       {"median_watch_seconds", Round2(median_s)},
       {"watch_samples", durations.size()},
       {"watch_codes", code_counts},
-      {"user_agent", e.identity.user_agent},
-      {"component", e.identity.component},
+      {"user_agent", e.identity->user_agent},
+      {"component", e.identity->component},
   };
   if (e.list_seen) {
     const QueryShape& q = e.list_shape;
@@ -166,8 +166,8 @@ StormEvidence RelistChurnDetector::BuildEvidence(const Entry& e, const Window& w
   std::snprintf(figures, sizeof(figures),
                 "%u relists and %u watches in %d s (%.2f watches/s), median watch %.1f s",
                 w.relists, w.watches, config_.window_s, watches_per_second, median_s);
-  ev.summary = "client " + (e.identity.user.empty() ? std::string("unknown") : e.identity.user) +
-               (e.identity.pod_name.empty() ? "" : " (pod " + e.identity.pod_name + ")") +
+  ev.summary = "client " + (e.identity->user.empty() ? std::string("unknown") : e.identity->user) +
+               (e.identity->pod_name.empty() ? "" : " (pod " + e.identity->pod_name + ")") +
                " keeps relisting " + what + ": " + figures;
   return ev;
 }

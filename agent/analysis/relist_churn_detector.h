@@ -60,7 +60,7 @@ class RelistChurnDetector final : public StormDetector {
   static constexpr size_t kWatchSamples = 32;  // for the median duration and the codes
   struct Entry {
     explicit Entry(size_t ring) : seconds(ring) {}
-    Identity identity;
+    IdentityRef identity;
     std::string api_group;
     std::string resource;
     SecondRing<Second> seconds;

@@ -33,13 +33,30 @@ struct AllowList {
   }
 };
 
+// The record's interned identity, or a copy of it for records built by hand (tests).
+inline IdentityRef SharedIdentity(const RequestRecord& r) {
+  return r.shared_identity ? r.shared_identity : std::make_shared<const Identity>(r.identity);
+}
+
 // Keeps a tracked client's identity as last seen: the user agent, and the component parsed
-// from it, may change between requests of one key.
-inline void KeepLatestUserAgent(Identity& kept, const Identity& seen) {
-  if (kept.user_agent == seen.user_agent) return;
-  kept.user_agent = seen.user_agent;
-  kept.component = seen.component;
-  kept.component_version = seen.component_version;
+// from it, may change between requests of one key; membership in system:masters and the
+// certificate's groups, once seen, stay (one client may send a token, then a certificate).
+// Copies only when something changed: the common case shares the interned identity.
+inline void KeepLatestIdentity(IdentityRef& kept, const RequestRecord& r) {
+  const Identity& seen = r.identity;
+  const bool user_agent = kept->user_agent != seen.user_agent;
+  const bool masters = seen.system_masters && !kept->system_masters;
+  const bool groups = kept->groups.empty() && !seen.groups.empty();
+  if (!user_agent && !masters && !groups) return;
+  auto merged = std::make_shared<Identity>(*kept);
+  if (user_agent) {
+    merged->user_agent = seen.user_agent;
+    merged->component = seen.component;
+    merged->component_version = seen.component_version;
+  }
+  if (masters) merged->system_masters = true;
+  if (groups) merged->groups = seen.groups;
+  kept = std::move(merged);
 }
 
 enum class StormState {

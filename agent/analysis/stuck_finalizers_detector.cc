@@ -71,7 +71,7 @@ void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordK
         CombineKeys(keys.resource, keys.client),
         [&] {
           Writer fresh(kWriterBuckets);
-          fresh.identity = std::make_shared<const Identity>(r.identity);
+          fresh.identity = SharedIdentity(r);
           fresh.resource_key = keys.resource;
           return fresh;
         },

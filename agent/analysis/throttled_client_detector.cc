@@ -70,11 +70,11 @@ void ThrottledClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       KeysOf(r).client,
       [&] {
         Client fresh(ring_);
-        fresh.identity = r.identity;
+        fresh.identity = SharedIdentity(r);
         return fresh;
       },
       [&](uint64_t, Client& victim) { evicted_.Evict(victim.alert, now_ns); });
-  KeepLatestUserAgent(c.identity, r.identity);
+  KeepLatestIdentity(c.identity, r);
   c.requests.Add(now_ns);
   if (!r.response.priority_level.empty()) c.priority_level = r.response.priority_level;
   if (!r.response.flow_schema.empty()) c.flow_schema = r.response.flow_schema;
@@ -117,7 +117,7 @@ StormEvidence ThrottledClientDetector::BuildEvidence(const Client& c, int64_t la
 
   StormEvidence e;
   e.storm = kThrottledClientStorm;
-  e.identity = c.identity;
+  e.identity = *c.identity;
   e.fix = kThrottledClientFix;
   e.fired_ns = now_ns;
   e.details = {{"throttled_per_second", Round2(throttled)},
@@ -132,7 +132,7 @@ StormEvidence ThrottledClientDetector::BuildEvidence(const Client& c, int64_t la
                {"client_side_limit_qps", limit}};
   char figures[160];
   std::snprintf(figures, sizeof(figures), "%.1f 429s/s of %.1f requests/s", throttled, requests);
-  e.summary = "client " + (c.identity.user.empty() ? std::string("unknown") : c.identity.user) +
+  e.summary = "client " + (c.identity->user.empty() ? std::string("unknown") : c.identity->user) +
               " is throttled by the API server (" + figures +
               (c.priority_level.empty() ? "" : ", priority level " + c.priority_level) + ")";
   if (limit > 0) {

@@ -56,7 +56,7 @@ class ThrottledClientDetector final : public StormDetector {
   };
   struct Client {
     explicit Client(size_t ring) : requests(ring), throttled(ring) {}
-    Identity identity;
+    IdentityRef identity;
     SecondBuckets requests;   // every request the client made (429s included)
     SecondBuckets throttled;  // its 429s
     std::vector<ResourceThrottles> resources;  // where its 429s landed, a few at most

@@ -89,7 +89,7 @@ struct UpdateLoopDetector::ObjectEntry {
 struct UpdateLoopDetector::ResourceEntry {
   explicit ResourceEntry(size_t ring) : buckets(ring) {}
   uint64_t key = 0;  // client and resource (RecordKeys)
-  Identity identity;
+  IdentityRef identity;
   std::string api_group;
   std::string resource;
   SecondRing<ResourceBucket> buckets;
@@ -159,9 +159,7 @@ UpdateLoopDetector::ResourceEntry& UpdateLoopDetector::TouchResource(const Reque
   if (auto it = resource_index_.find(key); it != resource_index_.end()) {
     resources_.splice(resources_.begin(), resources_, it->second);
     ResourceEntry& res = *it->second;
-    if (res.identity.user_agent != r.identity.user_agent) {
-      res.identity.user_agent = r.identity.user_agent;
-    }
+    KeepLatestIdentity(res.identity, r);
     return res;
   }
   EvictResourceIfFull();
@@ -171,7 +169,7 @@ UpdateLoopDetector::ResourceEntry& UpdateLoopDetector::TouchResource(const Reque
   resources_.emplace_front(resource_ring_);
   ResourceEntry& res = resources_.front();
   res.key = key;
-  res.identity = r.identity;
+  res.identity = SharedIdentity(r);
   res.api_group = r.info.api_group;
   res.resource = r.info.resource;
   res.first_seen_ns = now_ns;
@@ -226,7 +224,7 @@ void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
 UpdateLoopEvidence UpdateLoopDetector::BuildEvidence(const ResourceEntry& res, int64_t last_bucket,
                                                      std::vector<TopObject> top) const {
   UpdateLoopEvidence ev;
-  ev.identity = res.identity;
+  ev.identity = *res.identity;
   ev.api_group = res.api_group;
   ev.resource = res.resource;
   ev.first_seen_ns = res.first_seen_ns;

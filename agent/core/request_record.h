@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,13 @@ struct Identity {
   std::string component;          // parsed from the user agent: kubectl, kube-controller-manager,
   std::string component_version;  // OpenAPI-Generator (the Python client), ...; and its version
   std::string reason;           // why the kind is what it is, e.g. why kUnknown (never secret)
+
+  bool operator==(const Identity&) const = default;
 };
+
+// One client's identity, shared and immutable: the pipeline interns it once per client and
+// detectors keep this pointer rather than a copy of its strings per tracked key.
+using IdentityRef = std::shared_ptr<const Identity>;
 
 // What a read costs the server, from its query (k8s.io/apimachinery ListOptions).
 struct QueryShape {
@@ -136,6 +143,9 @@ struct RequestRecord {
   RequestInfo info;
   QueryShape shape;
   Identity identity;
+  // `identity`, interned by the pipeline (agent/pipeline/identity_interner.h); null in records
+  // built by hand, where detectors make their own copy (SharedIdentity).
+  IdentityRef shared_identity;
   RecordKeys keys;  // of identity and info, once both are final
 
   EtcdReads etcd;

@@ -275,6 +275,14 @@ void RequestPipeline::OnEtcdHttp2Request(const RequestRecord& r) {
   if (etcd_range_) etcd_range_->ObserveEtcd(e, static_cast<int64_t>(r.end_ns));
 }
 
+IdentityRef RequestPipeline::InternIdentity(const RequestRecord& r) {
+  IdentityRef& ref = interned_identities_.FindOrInsert(
+      r.keys.client, [] { return IdentityRef(); }, [](uint64_t, IdentityRef&) {});
+  // Same client key, different identity: a new user agent (or a token after a certificate).
+  if (!ref || !(*ref == r.identity)) ref = std::make_shared<const Identity>(r.identity);
+  return ref;
+}
+
 void RequestPipeline::OnRequest(RequestRecord& r) {
   ++stats_.requests;
   if (auto role = roles_.find(r.pid); role != roles_.end() && role->second == TargetRole::kEtcd) {
@@ -284,6 +292,7 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   r.info = ParseRequestInfo(r.method, r.path);
   r.shape = ParseQueryShape(r.info, r.path);
   r.keys = RecordKeysOf(r);  // identity and info are final: every detector keys by these
+  r.shared_identity = InternIdentity(r);
   // Facts from the response body, then the body is gone: it may be a Secret.
   // Only writes' (POST, PUT, PATCH, DELETE: as the HTTP/2 probe keeps them); HTTP/1.1 keeps
   // every response's first bytes.

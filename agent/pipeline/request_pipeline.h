@@ -14,6 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "agent/analysis/bounded_lru.h"
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/storm.h"
 #include "agent/capture/connection_ends.h"
@@ -139,9 +140,15 @@ class RequestPipeline {
   void OnEtcdHttp2Request(const RequestRecord& r);
   // The resource label of an etcd key, from a bounded vocabulary (keys are client-chosen).
   const std::string& EtcdResource(const EtcdKey& key);
+  // One shared, immutable Identity per client (RecordKeys::client), so detectors keep a
+  // pointer instead of copying its strings per tracked key. Bounded: an identity pushed out
+  // lives on where a detector still holds it; the next request of its client interns it anew.
+  IdentityRef InternIdentity(const RequestRecord& r);
 
   PrometheusExporter* exporter_;
   IdentityCache identities_;
+  static constexpr size_t kInternedIdentities = 8192;
+  BoundedLru<uint64_t, IdentityRef> interned_identities_{kInternedIdentities};
   ConnectionLookups connections_;
   ClientPeers peers_;
   RequestAssembler assembler_;

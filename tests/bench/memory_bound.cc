@@ -9,6 +9,7 @@
 // than max_clients + 1 (other) clients, or when the heavy clients that came once the client
 // slots were full did not earn series of their own.
 #include <prometheus/text_serializer.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -51,6 +52,9 @@ int64_t ResidentBytes() {
   }
   return int64_t{pages_resident} * sysconf(_SC_PAGESIZE);
 }
+
+// Bytes malloc has handed out and not had back: the agent's state, without what malloc keeps.
+int64_t HeapInUseBytes() { return static_cast<int64_t>(mallinfo2().uordblks); }
 
 std::string Base64Url(std::string_view in) {
   static constexpr char kAlphabet[] =
@@ -179,18 +183,96 @@ std::map<std::string, std::set<std::string>> ClientsPerFamily(const std::string&
   return clients;
 }
 
+// What the pipeline and exporter keep per client and per object, as heap bytes (mallinfo2):
+// a fresh pipeline is fed `n` new clients (each sends the 20 request kinds of Synthesize on the
+// same 20 objects) or one client writing and deleting `n` new objects; the heap's growth over
+// n. All caches and detector tables have room for n, so nothing is evicted while measuring.
+// `series`: every client gets its own metric series (else all but the warm-up clients are
+// folded into client="other", as beyond max_clients).
+struct StateCost {
+  double per_client_bytes = 0;
+  double per_object_bytes = 0;
+};
+StateCost MeasureStateCost(size_t n, bool series, const DetectorsConfig& detectors = {}) {
+  StateCost cost;
+  for (const bool clients : {true, false}) {
+    PrometheusExporter exporter(ClientSeriesLimits{.max_clients = series ? 2 * n + 8 : 4});
+    RequestPipeline pipeline(&exporter, detectors, [](const StormTransition&) {});
+    const int64_t t0 = 1000 * kSec;
+    uint32_t stream = 1;
+    size_t sent = 0;
+    auto send = [&](size_t identity, const Request& r) {
+      const int64_t ts = t0 + static_cast<int64_t>(sent++) * kSec / kRequestsPerSecond / 100;
+      const std::string token = ServiceAccountToken("ns-" + std::to_string(identity % 1000),
+                                                    "sa-" + std::to_string(identity));
+      const uint64_t conn = 0xc000000000 + identity;
+      pipeline.OnEvent(RequestEvent(conn, stream, ts,
+                                    {{":method", r.method}, {":scheme", "https"}, {":path", r.path},
+                                     {"authorization", "Bearer " + token},
+                                     {"user-agent", "bench-client/v1.0"}}));
+      pipeline.OnEvent(ResponseEvent(conn, stream, ts + 2'000'000, r.status, r.bytes));
+      stream += 2;
+    };
+    // Warm-up: the first requests allocate what is there once (vocabularies, series of the
+    // labels, hash tables' first buckets).
+    for (size_t w = 0; w < 200; ++w) send(kIdentities * 10 + w % 4, Synthesize(w % 20));
+    const int64_t before = HeapInUseBytes();
+    for (size_t i = 0; i < n; ++i) {
+      if (clients) {
+        for (size_t k = 0; k < 20; ++k) send(kIdentities * 20 + i, Synthesize(k));
+      } else {
+        const std::string item = "/apis/batch.company.com/v1/namespaces/ns-1/datajobs/obj-" +
+                                 std::to_string(i);
+        send(kIdentities * 10, {"PUT", item});
+        send(kIdentities * 10, {"DELETE", item});
+      }
+    }
+    const double per = static_cast<double>(HeapInUseBytes() - before) / static_cast<double>(n);
+    (clients ? cost.per_client_bytes : cost.per_object_bytes) = per;
+  }
+  return cost;
+}
+
+void PrintStateCost() {
+  // Small enough that no table of the default limits evicts (4,096 clients per detector).
+  const StateCost folded = MeasureStateCost(2000, false), own = MeasureStateCost(2000, true);
+  std::printf("state per client (20 request kinds each): %.0f bytes folded into \"other\", "
+              "%.0f bytes with its own series; per object (written, then deleted): %.0f bytes\n",
+              folded.per_client_bytes, own.per_client_bytes, folded.per_object_bytes);
+  // Each detector's share: the cost with it minus the cost without it (update_loop is always on).
+  std::printf("  of which, per detector (per client / per object bytes):");
+  auto share = [&](const char* name, auto disable) {
+    DetectorsConfig d;
+    disable(d);
+    const StateCost without = MeasureStateCost(2000, false, d);
+    std::printf(" %s %.0f/%.0f", name, folded.per_client_bytes - without.per_client_bytes,
+                folded.per_object_bytes - without.per_object_bytes);
+  };
+  share("list_storm", [](DetectorsConfig& d) { d.list_storm.enabled = false; });
+  share("exempt_client", [](DetectorsConfig& d) { d.exempt_client.enabled = false; });
+  share("conflict_storm", [](DetectorsConfig& d) { d.conflict_storm.enabled = false; });
+  share("throttled_client", [](DetectorsConfig& d) { d.throttled_client.enabled = false; });
+  share("stuck_finalizers", [](DetectorsConfig& d) { d.stuck_finalizers.enabled = false; });
+  share("relist_churn", [](DetectorsConfig& d) { d.relist_churn.enabled = false; });
+  share("etcd_range_storm", [](DetectorsConfig& d) { d.etcd_range_storm.enabled = false; });
+  std::printf("\n");
+}
+
 int Run() {
+  const int64_t heap_at_start = HeapInUseBytes();
   const ClientSeriesLimits limits;
   PrometheusExporter exporter(limits);
   size_t transitions = 0;
   RequestPipeline pipeline(&exporter, DetectorsConfig{},
                            [&](const StormTransition&) { ++transitions; });
+  std::printf("memory_bound: empty pipeline and exporter: heap %.1f MiB, RSS %.1f MiB\n",
+              (HeapInUseBytes() - heap_at_start) / 1048576.0, ResidentBytes() / 1048576.0);
 
   std::printf("memory_bound: %zu requests, %zu identities (+%zu heavy), %zu objects, "
               "max_clients %zu, RSS growth bound %lld MiB after 100k requests\n",
               kRequests, kIdentities, kHeavyClients, kObjects, limits.max_clients,
               static_cast<long long>(kMaxGrowthBytes >> 20));
-  std::printf("%10s %10s %10s %8s %s\n", "requests", "RSS MiB", "series", "storms",
+  std::printf("%10s %10s %10s %10s %8s %s\n", "requests", "RSS MiB", "heap MiB", "series", "storms",
               "clients per client-labelled family");
 
   const std::set<size_t> marks = {10'000, 100'000, 1'000'000, kRequests};
@@ -248,8 +330,8 @@ int Run() {
         worst_family = family;
       }
     }
-    std::printf("%10zu %10.1f %10zu %8zu%s\n", i + 1, rss / 1048576.0, series, transitions,
-                per_family.c_str());
+    std::printf("%10zu %10.1f %10.1f %10zu %8zu%s\n", i + 1, rss / 1048576.0,
+                HeapInUseBytes() / 1048576.0, series, transitions, per_family.c_str());
     std::fflush(stdout);
   }
 
@@ -275,6 +357,7 @@ int Run() {
   }
   std::printf("heavy clients with their own series: %zu of %zu\n", heavy_named,
               kHeavyClients + 1);
+  PrintStateCost();  // after the RSS figures: its freed heap would count in them
   int failures = 0;
   if (heavy_named != kHeavyClients + 1) {
     std::printf("FAIL: heavy clients are folded into other\n");

@@ -1,0 +1,90 @@
+// Identities are interned once per client by the pipeline and shared by every detector:
+// requests of one client carry the same Identity object; a changed identity gets a new one,
+// and what detectors keep of it (KeepLatestIdentity) follows the latest user agent while
+// system:masters and certificate groups, once seen, stay.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "agent/analysis/storm.h"
+#include "agent/pipeline/request_pipeline.h"
+#include "exporters/prometheus_exporter.h"
+
+namespace stormwatch {
+namespace {
+
+RequestRecord Get(const std::string& user, const std::string& pod, const std::string& user_agent) {
+  RequestRecord r;
+  r.pid = 1;
+  r.method = "GET";
+  r.path = "/api/v1/namespaces/default/configmaps/a";
+  r.status = 200;
+  r.start_ns = 1'000'000'000;
+  r.end_ns = 1'002'000'000;
+  r.identity.kind = Identity::Kind::kServiceAccount;
+  r.identity.user = user;
+  r.identity.pod_name = pod;
+  r.identity.user_agent = user_agent;
+  return r;
+}
+
+TEST(SharedIdentity, OneObjectPerClientUntilItChanges) {
+  PrometheusExporter exporter;
+  RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
+  std::vector<IdentityRef> seen;
+  pipeline.SetRecorder({.request = [&](const RequestRecord& r) { seen.push_back(r.shared_identity); }});
+
+  pipeline.ReplayRequest(Get("system:serviceaccount:a:op", "op-1", "op/v1"));
+  pipeline.ReplayRequest(Get("system:serviceaccount:a:op", "op-1", "op/v1"));
+  pipeline.ReplayRequest(Get("system:serviceaccount:a:op", "op-2", "op/v1"));  // another replica
+  pipeline.ReplayRequest(Get("system:serviceaccount:a:op", "op-1", "op/v2"));  // upgraded
+  pipeline.ReplayRequest(Get("system:serviceaccount:a:op", "op-1", "op/v2"));
+
+  ASSERT_EQ(seen.size(), 5u);
+  for (const IdentityRef& ref : seen) ASSERT_NE(ref, nullptr);
+  EXPECT_EQ(seen[0], seen[1]);  // the same object, not an equal copy
+  EXPECT_NE(seen[1], seen[2]);
+  EXPECT_EQ(seen[2]->pod_name, "op-2");
+  EXPECT_NE(seen[1], seen[3]);
+  EXPECT_EQ(seen[3]->user_agent, "op/v2");
+  EXPECT_EQ(seen[3], seen[4]);
+  EXPECT_EQ(seen[0]->user_agent, "op/v1");  // what a detector kept is never changed under it
+}
+
+TEST(SharedIdentity, KeepLatestIdentityCopiesOnlyOnChange) {
+  RequestRecord first = Get("alice", "", "kubectl/v1.31.0");
+  first.identity.component = "kubectl";
+  first.identity.component_version = "v1.31.0";
+  first.identity.system_masters = true;
+  first.identity.groups = {"system:masters"};
+  IdentityRef kept = SharedIdentity(first);
+  const Identity* before = kept.get();
+
+  KeepLatestIdentity(kept, first);
+  EXPECT_EQ(kept.get(), before);
+
+  // A token request of the same user with a new client: latest user agent, masters and
+  // groups from the certificate stay.
+  RequestRecord later = Get("alice", "", "kubectl/v1.32.1");
+  later.identity.component = "kubectl";
+  later.identity.component_version = "v1.32.1";
+  KeepLatestIdentity(kept, later);
+  EXPECT_NE(kept.get(), before);
+  EXPECT_EQ(kept->user_agent, "kubectl/v1.32.1");
+  EXPECT_EQ(kept->component_version, "v1.32.1");
+  EXPECT_TRUE(kept->system_masters);
+  EXPECT_EQ(kept->groups, std::vector<std::string>{"system:masters"});
+  EXPECT_EQ(before->user_agent, "kubectl/v1.31.0");  // the old object is untouched
+
+  // Seen first without, then with system:masters: it sticks.
+  IdentityRef token = SharedIdentity(Get("bob", "", "kubectl/v1.31.0"));
+  RequestRecord cert = Get("bob", "", "kubectl/v1.31.0");
+  cert.identity.system_masters = true;
+  cert.identity.groups = {"system:masters", "ops"};
+  KeepLatestIdentity(token, cert);
+  EXPECT_TRUE(token->system_masters);
+  EXPECT_EQ(token->groups.size(), 2u);
+}
+
+}  // namespace
+}  // namespace stormwatch
