@@ -268,14 +268,20 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
   const int window = config_.evidence_window_s;
   const size_t top_n = config_.top_objects;
 
-  // One pass over objects: which resource keys have an object over the object rule, and
-  // their busiest objects (kept as a small sorted list of pointers, no string copies).
-  struct Aggregate {
-    bool object_rule = false;
-    int64_t object_since = std::numeric_limits<int64_t>::max();
-    std::vector<std::pair<double, const ObjectEntry*>> top;
-  };
-  std::unordered_map<const ResourceEntry*, Aggregate> aggregates;
+  // One pass over the recently written objects: which resource keys have an object over the
+  // object rule. Rare, so nothing is allocated for the others; the busiest objects are looked
+  // up only for evidence (a key firing or about to).
+  absl::flat_hash_map<uint64_t, int64_t> object_rule_since;  // by resource key
+  const auto object_limit = static_cast<int>(object_ring_) - 1;
+  for (const ObjectEntry& o : objects_) {
+    if (o.touched_bucket < last - window + 1) break;  // this one and all after: no recent write
+    const int run = TrailingRun(
+        last, object_limit, [&](int64_t s) { return o.counts.At(s) >= config_.object_rate; });
+    if (run < config_.object_sustain_s) continue;
+    auto [it, inserted] = object_rule_since.try_emplace(o.resource_key, last - run + 1);
+    if (!inserted) it->second = std::min(it->second, last - run + 1);
+  }
+  // The top_n objects of `res` by writes over the window, busiest first.
   auto better = [](const std::pair<double, const ObjectEntry*>& a,
                    const std::pair<double, const ObjectEntry*>& b) {
     if (a.first != b.first) return a.first > b.first;
@@ -284,59 +290,49 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
     }
     return a.second->name < b.second->name;
   };
-  const auto object_limit = static_cast<int>(object_ring_) - 1;
-  for (const ObjectEntry& o : objects_) {
-    if (o.touched_bucket < last - window + 1) break;  // this one and all after: no recent write
-    uint64_t writes = 0;
-    for (int64_t s = last - window + 1; s <= last; ++s) writes += o.counts.At(s);
-    if (writes == 0) continue;  // nothing in the window, so no run either
-    auto rit = resource_index_.find(o.resource_key);
-    if (rit == resource_index_.end()) continue;  // its resource key was evicted
-    Aggregate& agg = aggregates[&*rit->second];
-    const int run = TrailingRun(
-        last, object_limit, [&](int64_t s) { return o.counts.At(s) >= config_.object_rate; });
-    if (run >= config_.object_sustain_s) {
-      agg.object_rule = true;
-      agg.object_since = std::min(agg.object_since, last - run + 1);
+  auto top_objects_of = [&](const ResourceEntry& res) {
+    std::vector<std::pair<double, const ObjectEntry*>> busiest;
+    const int seconds = EffectiveWindow(window, res.first_seen_ns, last);
+    for (const ObjectEntry& o : objects_) {
+      if (o.touched_bucket < last - window + 1) break;
+      if (o.resource_key != res.key) continue;
+      uint64_t writes = 0;
+      for (int64_t s = last - window + 1; s <= last; ++s) writes += o.counts.At(s);
+      if (writes == 0) continue;
+      std::pair<double, const ObjectEntry*> entry{static_cast<double>(writes) / seconds, &o};
+      if (busiest.size() < top_n || (top_n > 0 && better(entry, busiest.back()))) {
+        busiest.insert(std::upper_bound(busiest.begin(), busiest.end(), entry, better), entry);
+        if (busiest.size() > top_n) busiest.pop_back();
+      }
     }
-    const int seconds = EffectiveWindow(window, rit->second->first_seen_ns, last);
-    std::pair<double, const ObjectEntry*> entry{static_cast<double>(writes) / seconds, &o};
-    if (agg.top.size() < top_n || (top_n > 0 && better(entry, agg.top.back()))) {
-      agg.top.insert(std::upper_bound(agg.top.begin(), agg.top.end(), entry, better), entry);
-      if (agg.top.size() > top_n) agg.top.pop_back();
+    std::vector<TopObject> top;
+    for (const auto& [rate, o] : busiest) {
+      TopObject t{o->namespace_, o->name, rate};
+      t.generation = o->last_generation;
+      t.generations_seen = o->generations_seen;
+      t.generation_changes = o->generation_changes;
+      top.push_back(std::move(t));
     }
-  }
+    return top;
+  };
 
   const auto resource_limit = static_cast<int>(resource_ring_) - 1;
   for (ResourceEntry& res : resources_) {
-    auto ait = aggregates.find(&res);
-    const Aggregate* agg = ait == aggregates.end() ? nullptr : &ait->second;
-    auto top_objects = [&] {
-      std::vector<TopObject> top;
-      if (agg) {
-        for (const auto& [rate, o] : agg->top) {
-          TopObject t{o->namespace_, o->name, rate};
-          t.generation = o->last_generation;
-          t.generations_seen = o->generations_seen;
-          t.generation_changes = o->generation_changes;
-          top.push_back(std::move(t));
-        }
-      }
-      return top;
-    };
+    auto rule_it = object_rule_since.find(res.key);
+    const bool object_rule = rule_it != object_rule_since.end();
+    auto top_objects = [&] { return top_objects_of(res); };
 
     if (!res.firing) {
       const int run = TrailingRun(last, resource_limit, [&](int64_t s) {
         return res.buckets.At(s).writes >= config_.resource_rate;
       });
       bool resource_rule = run >= config_.resource_sustain_s;
-      bool object_rule = agg && agg->object_rule;
       if (!resource_rule && !object_rule) continue;
       UpdateLoopEvidence ev = BuildEvidence(res, last, top_objects());
       int64_t since = std::numeric_limits<int64_t>::max();
       if (object_rule) {
         ev.rule = "object";
-        since = agg->object_since;
+        since = rule_it->second;
       }
       if (resource_rule) {
         ev.rule += ev.rule.empty() ? "resource" : ",resource";
