@@ -92,7 +92,7 @@ void ListStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
 
 ListStormDetector::Second ListStormDetector::WindowSum(const Entry& e, int64_t last) const {
   Second sum;
-  for (int64_t s = last - config_.sustain_s + 1; s <= last; ++s) sum += e.seconds.At(s);
+  e.seconds.ForEachIn(last - config_.sustain_s + 1, last, [&](const Second& v) { sum += v; });
   return sum;
 }
 

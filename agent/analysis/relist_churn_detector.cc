@@ -86,12 +86,11 @@ void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
 
 RelistChurnDetector::Window RelistChurnDetector::WindowSum(const Entry& e, int64_t last) const {
   Window w;
-  for (int64_t s = last - config_.window_s + 1; s <= last; ++s) {
-    const Second v = e.seconds.At(s);
+  e.seconds.ForEachIn(last - config_.window_s + 1, last, [&](const Second& v) {
     w.watches += v.watches;
     w.relists += v.relists;
     w.full_lists += v.full_lists;
-  }
+  });
   return w;
 }
 

@@ -34,6 +34,21 @@ class SecondRing {
     return slots_[Index(s)];
   }
 
+  // Calls f(value) for every second of [from, to] the ring holds, oldest first (the others
+  // are T{}): a window's sum without At()'s range check and modulo per second.
+  template <typename F>
+  void ForEachIn(int64_t from, int64_t to, F f) const {
+    const auto n = static_cast<int64_t>(slots_.size());
+    from = std::max(from, head_ - n + 1);
+    to = std::min(to, head_);
+    if (from > to) return;
+    size_t i = Index(from);
+    for (int64_t s = from; s <= to; ++s) {
+      f(slots_[i]);
+      if (++i == slots_.size()) i = 0;
+    }
+  }
+
   size_t seconds() const { return slots_.size(); }
 
  private:

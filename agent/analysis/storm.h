@@ -121,7 +121,7 @@ class SecondBuckets {
   // Sum over seconds [last - n + 1, last].
   double Sum(int64_t last, int n) const {
     double total = 0;
-    for (int i = 0; i < n; ++i) total += At(last - i);
+    counts_.ForEachIn(last - n + 1, last, [&](double v) { total += v; });
     return total;
   }
   // True when each of the `n` seconds ending at `last` holds >= threshold.

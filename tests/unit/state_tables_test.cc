@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agent/analysis/bounded_lru.h"
+#include "agent/analysis/second_ring.h"
 #include "agent/kube/record_keys.h"
 #include "exporters/client_cap.h"
 
@@ -229,6 +230,35 @@ TEST(RecordKeys, FieldsAreDelimitedAndKeysFollowTheRecord) {
   r.keys = k;
   r.info.name = "changed";  // set keys stand as the pipeline computed them
   EXPECT_EQ(KeysOf(r).object, k.object);
+}
+
+}  // namespace
+}  // namespace stormwatch
+
+namespace stormwatch {
+namespace {
+
+// ForEachIn visits exactly the seconds At() would give, whatever the range and the ring's
+// position: window sums through it equal the per-second sums.
+TEST(SecondRingTest, ForEachInEqualsAtOverAnyRange) {
+  SecondRing<uint32_t> ring(7);
+  uint64_t seed = 3;
+  auto next = [&] { return seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; };
+  int64_t now = 100;
+  for (int step = 0; step < 5000; ++step) {
+    now += static_cast<int64_t>((next() >> 33) % 4);  // sometimes skips seconds
+    if (uint32_t* slot = ring.Slot(now - static_cast<int64_t>((next() >> 40) % 9))) *slot += 1;
+    const int64_t from = now - static_cast<int64_t>((next() >> 20) % 12);
+    const int64_t to = from + static_cast<int64_t>((next() >> 30) % 12) - 2;
+    uint64_t by_at = 0, by_each = 0, visited = 0;
+    for (int64_t s = from; s <= to; ++s) by_at += ring.At(s);
+    ring.ForEachIn(from, to, [&](uint32_t v) {
+      by_each += v;
+      ++visited;
+    });
+    ASSERT_EQ(by_each, by_at) << "step " << step << " [" << from << ", " << to << "]";
+    ASSERT_LE(visited, std::min<uint64_t>(7, to >= from ? to - from + 1 : 0));
+  }
 }
 
 }  // namespace
