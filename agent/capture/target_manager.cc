@@ -106,10 +106,11 @@ void TargetManager::Refresh() {
 }
 
 bool TargetManager::Collect() {
-  bool added = false;
+  bool changed = false;
   for (TargetPlanner::Result& r : planner_->TakeResults()) {
     auto it = planning_.find(r.process.pid);
     if (it == planning_.end() || !SameProcess(it->second, r.process)) continue;  // superseded
+    changed = true;
     // The probes go onto whatever /proc/PID/exe is now: only onto the binary that was planned.
     TargetProcess now;
     if (!options_.read(r.process.pid, &now)) {
@@ -125,9 +126,8 @@ bool TargetManager::Collect() {
     status.planning_seconds = r.seconds;
     on_change_(status, true);
     targets_.emplace(r.process.pid, std::move(status));
-    added = true;
   }
-  return added;
+  return changed;
 }
 
 void TargetManager::Remove(std::map<pid_t, TargetStatus>::iterator it) {

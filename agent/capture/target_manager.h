@@ -123,7 +123,7 @@ class TargetManager {
   void Refresh();
   // Attaches the targets whose plans are done (the BPF attach is cheap; the plan was the
   // expensive part) and reports them through the change callback. Never blocks on a plan; call
-  // it as often as the ring buffer is drained. True when a target was added.
+  // it as often as the ring buffer is drained. True when targets() or planning() changed.
   bool Collect();
   const std::map<pid_t, TargetStatus>& targets() const { return targets_; }
   // Targets found whose binaries are being planned (not in targets() yet).

@@ -209,15 +209,21 @@ class TargetManagerPlanningTest : public ::testing::Test {
     std::lock_guard lock(mu_);
     table_.erase(pid);
   }
-  // Collects until a target is added (true) or 5 s pass.
-  bool CollectUntilAdded() {
-    return Eventually([&] { return manager_->Collect(); });
+  // Collects until a target is reported (true) or 5 s pass; that Collect says so.
+  bool CollectUntilReported() {
+    size_t before = changes_.size();
+    return Eventually([&] {
+      bool changed = manager_->Collect();
+      if (changes_.size() == before) return false;
+      EXPECT_TRUE(changed);
+      return true;
+    });
   }
   // Collects for `d`: for what must not happen.
   void CollectFor(std::chrono::milliseconds d) {
     auto end = std::chrono::steady_clock::now() + d;
     while (std::chrono::steady_clock::now() < end) {
-      EXPECT_FALSE(manager_->Collect());
+      manager_->Collect();
       std::this_thread::sleep_for(1ms);
     }
   }
@@ -241,7 +247,7 @@ TEST_F(TargetManagerPlanningTest, ATargetBeingPlannedIsNotReadyThenReportedOnce)
   EXPECT_TRUE(changes_.empty());
 
   plans_.Open();
-  ASSERT_TRUE(CollectUntilAdded());
+  ASSERT_TRUE(CollectUntilReported());
   ASSERT_EQ(changes_.size(), 1u);
   const auto& [status, present] = changes_[0];
   EXPECT_TRUE(present);
@@ -277,7 +283,7 @@ TEST_F(TargetManagerPlanningTest, ATargetThatExitsWhilePlannedIsDropped) {
   EXPECT_TRUE(calls[0].saw_cancel);
   EXPECT_EQ(calls[1].process.pid, 43);
   plans_.Open();
-  ASSERT_TRUE(CollectUntilAdded());
+  ASSERT_TRUE(CollectUntilReported());
   CollectFor(20ms);
   ASSERT_EQ(changes_.size(), 1u);  // 43 only; 42 was never announced, so never withdrawn
   EXPECT_EQ(changes_[0].first.process.pid, 43);
@@ -291,7 +297,8 @@ TEST_F(TargetManagerPlanningTest, ATargetThatExitsBeforeItsPlanIsCollectedIsDrop
   manager_->Refresh();
   ASSERT_TRUE(plans_.WaitForFinished(1));  // the plan is done and waits to be collected
   Exit(42);  // no Refresh in between: Collect itself sees it gone
-  CollectFor(50ms);
+  EXPECT_TRUE(Eventually([&] { return manager_->Collect(); }));  // readiness changed
+  CollectFor(20ms);
   EXPECT_TRUE(changes_.empty());
   EXPECT_TRUE(manager_->planning().empty());
   EXPECT_TRUE(manager_->targets().empty());
@@ -307,7 +314,7 @@ TEST_F(TargetManagerPlanningTest, ABinaryChangedWhilePlannedIsPlannedAgain) {
   ASSERT_TRUE(plans_.WaitForCalls(2));
   EXPECT_EQ(manager_->NotReadyReason(), "planning kube-apiserver pid 42");
   plans_.Open();
-  ASSERT_TRUE(CollectUntilAdded());
+  ASSERT_TRUE(CollectUntilReported());
   CollectFor(20ms);
   auto calls = plans_.calls();
   ASSERT_EQ(calls.size(), 2u);
@@ -326,7 +333,7 @@ TEST_F(TargetManagerPlanningTest, ABinaryChangedBeforeItsPlanIsCollectedIsPlanne
   manager_->Refresh();
   ASSERT_TRUE(plans_.WaitForFinished(1));  // planned for inode 100
   Run(Process(42, 200));  // no Refresh in between: Collect checks before it attaches
-  ASSERT_TRUE(CollectUntilAdded());
+  ASSERT_TRUE(CollectUntilReported());
   auto calls = plans_.calls();
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_EQ(calls[0].process.inode, 100u);
@@ -340,13 +347,13 @@ TEST_F(TargetManagerPlanningTest, AnUpgradeOfAnAnnouncedTargetWithdrawsItAndPlan
   plans_.Open();
   Run(Process(42, 100));
   manager_->Refresh();
-  ASSERT_TRUE(CollectUntilAdded());
+  ASSERT_TRUE(CollectUntilReported());
   Run(Process(42, 200));
   manager_->Refresh();  // withdrawn at once; the new binary is planned
   ASSERT_EQ(changes_.size(), 2u);
   EXPECT_FALSE(changes_[1].second);
   EXPECT_EQ(changes_[1].first.process.inode, 100u);
-  ASSERT_TRUE(CollectUntilAdded());
+  ASSERT_TRUE(CollectUntilReported());
   ASSERT_EQ(changes_.size(), 3u);
   EXPECT_TRUE(changes_[2].second);
   EXPECT_EQ(changes_[2].first.process.inode, 200u);
