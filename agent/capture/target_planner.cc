@@ -1,5 +1,9 @@
 #include "agent/capture/target_planner.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
 
 namespace stormwatch {
@@ -44,6 +48,9 @@ size_t TargetPlanner::pending() const {
 }
 
 void TargetPlanner::Run() {
+  // Planning can wait; the drain cannot: on a busy node this thread gives the CPU to the main
+  // loop first (Linux nice is per thread). Best effort: at worst it plans at the loop's priority.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kNice);
   std::unique_lock lock(mu_);
   while (true) {
     wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });

@@ -5,6 +5,11 @@
 // privileges: every plan is refused (missing_field), which takes the same path to
 // stormwatch_target_info as an attach. The real planner on a real binary is the last test.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <chrono>
@@ -51,6 +56,7 @@ class GatedPlans {
   struct Call {
     TargetProcess process;
     std::thread::id thread;
+    int nice = 0;
     bool saw_cancel = false;
   };
 
@@ -58,7 +64,9 @@ class GatedPlans {
     return [this](const TargetProcess& p, const std::atomic<bool>& cancelled) {
       std::unique_lock lock(mu_);
       size_t i = calls_.size();
-      calls_.push_back({p, std::this_thread::get_id()});
+      errno = 0;
+      int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+      calls_.push_back({p, std::this_thread::get_id(), errno ? -100 : nice});
       // Cancellation is a flag, as the real planner polls it between phases.
       auto give_up = std::chrono::steady_clock::now() + 10s;
       while (!open_ && !cancelled.load() && std::chrono::steady_clock::now() < give_up) {
@@ -132,6 +140,7 @@ TEST(TargetPlannerTest, PlansInOrderOnItsOwnThread) {
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_NE(calls[0].thread, std::this_thread::get_id());
   EXPECT_EQ(calls[0].thread, calls[1].thread);  // one worker
+  EXPECT_EQ(calls[0].nice, TargetPlanner::kNice);  // yields the CPU to the drain
 }
 
 TEST(TargetPlannerTest, CancelDropsQueuedAndRunningPlans) {
