@@ -47,6 +47,8 @@ void PublishTargetChange(PrometheusExporter& exporter, const TargetStatus& t, bo
     spdlog::info("target {} pid {} gone; probes detached", t.process.name, t.process.pid);
     return;
   }
+  spdlog::info("planned {} pid {} in {:.3f} s", t.process.name, t.process.pid, t.planning_seconds);
+  exporter.ObserveTargetPlanning(t.process.name, t.planning_seconds);
   if (t.attached) {
     spdlog::info("attached to {} pid {} ({}, x/net {}{}{}, {} HTTP/2 stack){}{}", t.process.name,
                  t.process.pid, t.go_version, t.xnet_version.empty() ? "unknown" : t.xnet_version,
@@ -171,15 +173,19 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
                             http1_ends.ForgetProcess(t.process.pid);
                           }
                         });
-  targets.Refresh();
-  exporter->SetTargetsAttached(targets.attached_count());
-  if (targets.targets().empty()) spdlog::warn("no target process found yet; still looking");
-  auto publish_readiness = [&] {
-    if (!health) return;
-    std::string why = targets.NotReadyReason();
-    health->SetReady(why.empty(), why);
+  auto publish_targets = [&] {
+    // Readiness first: whoever sees the attached count move finds /readyz agreeing.
+    if (health) {
+      std::string why = targets.NotReadyReason();
+      health->SetReady(why.empty(), why);
+    }
+    exporter->SetTargetsAttached(targets.attached_count());
   };
-  publish_readiness();
+  // Targets are planned on a thread of their own and attached by Collect() below, as their
+  // plans come in: reading a big binary never holds up the ring buffer's drain.
+  targets.Refresh();
+  if (targets.planning().empty()) spdlog::warn("no target process found yet; still looking");
+  publish_targets();
 
   // Detectors count in whole-second buckets of this clock: evaluate just after each bucket
   // closes, so a storm is reported as soon as its last required second is complete.
@@ -199,11 +205,12 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     }
     int64_t now = MonotonicNs();
     if (health) health->Beat(now);
+    if (targets.Collect()) publish_targets();
     if (now < next_tick) continue;
     next_tick = next_bucket_tick(now);
     targets.Refresh();
-    exporter->SetTargetsAttached(targets.attached_count());
-    publish_readiness();
+    targets.Collect();
+    publish_targets();
     pipeline.Tick(now);
     if (recorder) recorder->Flush();
     DropCounts drops = (*probes)->ReadDrops();

@@ -83,6 +83,8 @@ class PrometheusExporter {
   void SetTargetsAttached(size_t n);
   void SetTargetInfo(const std::map<std::string, std::string>& labels, bool present);
   void CountAttachFailure(const std::string& target, const std::string& reason);
+  // How long a target's binary took to plan (ELF, .gopclntab, type data, probe sites).
+  void ObserveTargetPlanning(const std::string& target, double seconds);
 
   // APF classification of a request (response headers); "" = unknown.
   void CountApf(const std::string& client, const std::string& priority_level,
@@ -156,6 +158,7 @@ class PrometheusExporter {
   prometheus::Gauge* targets_attached_;
   prometheus::Family<prometheus::Gauge>* target_info_;
   prometheus::Family<prometheus::Counter>* attach_failures_;
+  prometheus::Family<prometheus::Histogram>* target_planning_;
   prometheus::Family<prometheus::Counter>* apf_;
   prometheus::Family<prometheus::Counter>* throttled_;
   prometheus::Family<prometheus::Histogram>* retry_after_;

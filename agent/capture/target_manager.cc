@@ -9,14 +9,45 @@
 #include "agent/capture/client_cert_reader.h"
 #include "agent/capture/go_binary.h"
 #include "agent/capture/go_layout.h"
+#include "agent/capture/target_planner.h"
 
 namespace stormwatch {
 
+namespace {
+// The same process running the same binary: a reused PID has another start time, an exec of
+// an upgraded binary another inode.
+bool SameProcess(const TargetProcess& a, const TargetProcess& b) {
+  return a.start_time == b.start_time && a.inode == b.inode && a.dev == b.dev;
+}
+}  // namespace
+
 TargetManager::TargetManager(GoHttpProbes* probes, TargetManagerOptions options,
                              ChangeCallback on_change)
-    : probes_(probes), options_(std::move(options)), on_change_(std::move(on_change)) {}
+    : probes_(probes), options_(std::move(options)), on_change_(std::move(on_change)) {
+  if (!options_.find) {
+    options_.find = [names = options_.names, pids = options_.pids] {
+      if (pids.empty()) return FindTargetsByName(names);
+      std::vector<TargetProcess> live;
+      for (pid_t pid : pids) {
+        TargetProcess t;
+        if (ReadTargetProcess(pid, &t)) live.push_back(std::move(t));
+      }
+      return live;
+    };
+  }
+  if (!options_.read) {
+    options_.read = [](pid_t pid, TargetProcess* out) { return ReadTargetProcess(pid, out); };
+  }
+  if (!options_.plan) {
+    options_.plan = [](const TargetProcess& p, const std::atomic<bool>& cancelled) {
+      return PlanGoHttp2Probes(p.exe_path, &cancelled);
+    };
+  }
+  planner_ = std::make_unique<TargetPlanner>(options_.plan);
+}
 
 TargetManager::~TargetManager() {
+  planner_.reset();  // first: a plan in progress is cancelled, not waited for
   while (!targets_.empty()) Remove(targets_.begin());
 }
 
@@ -33,31 +64,39 @@ std::string TargetManager::NotReadyReason() const {
     out += (out.empty() ? "" : "\n") + t.process.name + " pid " + std::to_string(pid) +
            " not attached (" + AttachFailureName(t.failure) + "): " + t.problem;
   }
+  for (const auto& [pid, p] : planning_) {
+    out += (out.empty() ? "" : "\n") + std::string("planning ") + p.name + " pid " + std::to_string(pid);
+  }
   return out;
 }
 
+void TargetManager::StartPlanning(const TargetProcess& process) {
+  planning_[process.pid] = process;
+  planner_->Submit(process);
+}
+
 void TargetManager::Refresh() {
-  std::vector<TargetProcess> live;
-  if (options_.pids.empty()) {
-    live = FindTargetsByName(options_.names);
-  } else {
-    for (pid_t pid : options_.pids) {
-      TargetProcess t;
-      if (ReadTargetProcess(pid, &t)) live.push_back(std::move(t));
-    }
-  }
+  std::vector<TargetProcess> live = options_.find();
   std::set<pid_t> seen;
   for (const TargetProcess& p : live) {
     seen.insert(p.pid);
-    auto it = targets_.find(p.pid);
-    if (it != targets_.end()) {
-      const TargetProcess& old = it->second.process;
-      if (old.start_time == p.start_time && old.inode == p.inode && old.dev == p.dev) continue;
+    if (auto it = targets_.find(p.pid); it != targets_.end()) {
+      if (SameProcess(it->second.process, p)) continue;
       Remove(it);  // PID reused, or the process exec'd a new binary
     }
-    TargetStatus status = Attach(p);
-    on_change_(status, true);
-    targets_.emplace(p.pid, std::move(status));
+    if (auto it = planning_.find(p.pid); it != planning_.end()) {
+      if (SameProcess(it->second, p)) continue;  // its plan is on the way
+      planner_->Cancel(p.pid);  // planned for a binary it no longer runs
+    }
+    StartPlanning(p);
+  }
+  for (auto it = planning_.begin(); it != planning_.end();) {
+    auto next = std::next(it);
+    if (!seen.contains(it->first)) {  // exited while planned: never announced, nothing to undo
+      planner_->Cancel(it->first);
+      planning_.erase(it);
+    }
+    it = next;
   }
   for (auto it = targets_.begin(); it != targets_.end();) {
     auto next = std::next(it);
@@ -66,16 +105,40 @@ void TargetManager::Refresh() {
   }
 }
 
+bool TargetManager::Collect() {
+  bool changed = false;
+  for (TargetPlanner::Result& r : planner_->TakeResults()) {
+    auto it = planning_.find(r.process.pid);
+    if (it == planning_.end() || !SameProcess(it->second, r.process)) continue;  // superseded
+    changed = true;
+    // The probes go onto whatever /proc/PID/exe is now: only onto the binary that was planned.
+    TargetProcess now;
+    if (!options_.read(r.process.pid, &now)) {
+      planning_.erase(it);  // exited since the plan began
+      continue;
+    }
+    if (!SameProcess(now, r.process)) {
+      StartPlanning(now);  // its binary changed while it was planned
+      continue;
+    }
+    planning_.erase(it);
+    TargetStatus status = Attach(r.process, r.plan);
+    status.planning_seconds = r.seconds;
+    on_change_(status, true);
+    targets_.emplace(r.process.pid, std::move(status));
+  }
+  return changed;
+}
+
 void TargetManager::Remove(std::map<pid_t, TargetStatus>::iterator it) {
   if (it->second.attached) probes_->Detach(it->second.slot);
   on_change_(it->second, false);
   targets_.erase(it);
 }
 
-TargetStatus TargetManager::Attach(const TargetProcess& process) {
+TargetStatus TargetManager::Attach(const TargetProcess& process, const GoHttp2ProbePlan& plan) {
   TargetStatus s;
   s.process = process;
-  GoHttp2ProbePlan plan = PlanGoHttp2Probes(process.exe_path);
   s.go_version = plan.go_version;
   s.xnet_version = plan.xnet_version;
   s.grpc_version = plan.grpc_version;
@@ -176,7 +239,7 @@ std::string GoHttp2ProbePlan::stack_names() const {
   return out;
 }
 
-GoHttp2ProbePlan PlanGoHttp2Probes(const std::string& exe_path) {
+GoHttp2ProbePlan PlanGoHttp2Probes(const std::string& exe_path, const std::atomic<bool>* cancelled) {
   auto binary = GoBinary::Open(exe_path);
   if (!binary) {
     GoHttp2ProbePlan plan;
@@ -184,7 +247,7 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const std::string& exe_path) {
     plan.problem = "not a readable Go binary: " + binary.error();
     return plan;
   }
-  return PlanGoHttp2Probes(*binary);
+  return PlanGoHttp2Probes(*binary, cancelled);
 }
 
 std::string CheckFunctionShape(const GoFunction& fn, int32_t args, const char* signature) {
@@ -356,7 +419,7 @@ std::optional<GoHttp2ProbePlan::Grpc> PlanGrpcProbes(const GoBinary& binary, con
 }
 }  // namespace
 
-GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
+GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary, const std::atomic<bool>* cancelled) {
   GoHttp2ProbePlan plan;
   const GoBuildInfo& info = binary.build_info();
   plan.go_version = info.go_version;
@@ -378,11 +441,19 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
     plan.failure = f;
     plan.problem = std::move(why);
     plan.sites.clear();
+    plan.grpc.reset();
+    plan.http1.reset();
     return plan;
   };
+  // Between phases (the type data and the layouts take the longest): an agent stopping, or a
+  // target gone, does not wait for the rest.
+  auto stop = [&] { return cancelled && cancelled->load(std::memory_order_relaxed); };
+  constexpr const char* kCancelled = "planning cancelled";
+  if (stop()) return fail(AttachFailure::kAttachFailed, kCancelled);
   std::string grpc_caveat;
   if (plan.etcd) {
     auto types = binary.types();
+    if (stop()) return fail(AttachFailure::kAttachFailed, kCancelled);
     if (types) {
       plan.type_count = (*types)->type_count();
       plan.grpc = PlanGrpcProbes(binary, **types, &grpc_caveat);
@@ -423,6 +494,7 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
   if (found.empty()) {
     return fail(AttachFailure::kNoHttp2Server, "no HTTP/2 server in the binary (none of " + names + ")");
   }
+  if (stop()) return fail(AttachFailure::kAttachFailed, kCancelled);
   auto types = binary.types();
   if (!types) return fail(AttachFailure::kNoTypeData, "Go type data unreadable: " + types.error());
   plan.type_count = (*types)->type_count();
@@ -430,6 +502,7 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
   std::vector<std::string> caveats;
   bool http1_fields = true;
   for (const Found& f : found) {
+    if (stop()) return fail(AttachFailure::kAttachFailed, kCancelled);
     auto layout = DeriveGoLayout(**types, *f.stack, &plan.gap);
     if (!layout) return fail(AttachFailure::kMissingField, layout.error());
     auto headers_site = binary.EntryProbeSiteOf(f.headers);
@@ -450,6 +523,7 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary) {
   }
   if (!grpc_caveat.empty()) caveats.push_back(grpc_caveat);
   for (const std::string& c : caveats) plan.problem += (plan.problem.empty() ? "" : "; ") + c;
+  if (stop()) return fail(AttachFailure::kAttachFailed, kCancelled);
   if (http1_fields) plan.http1 = PlanHttp1Probes(binary, &plan.problem);
   return plan;
 }

@@ -330,6 +330,7 @@ TEST(PrometheusExporterTest, PromtoolFindsNothingToLint) {
   e.SetTargetInfo({{"pid", "1"}, {"target", "kube-apiserver"}, {"go_version", "go1.21.7"},
                    {"xnet_version", "v0.19.0"}, {"stack", "xnet"}, {"status", "attached"}}, true);
   e.CountAttachFailure("etcd", "unproven_version");
+  e.ObserveTargetPlanning("kube-apiserver", 0.3);
   e.CountApf("alice", "exempt", "exempt");
   e.CountThrottled("bob", "workload-low", 1);
   e.SetExemptClient("alice", "system_masters", 12);
@@ -355,7 +356,8 @@ TEST(PrometheusExporterTest, PromtoolFindsNothingToLint) {
         "stormwatch_request_duration_seconds", "stormwatch_storm_active",
         "stormwatch_storms_total", "stormwatch_capture_lost_total", "stormwatch_probe_hits_total",
         "stormwatch_targets_attached", "stormwatch_target_info",
-        "stormwatch_target_attach_failures_total", "stormwatch_apf_requests_total",
+        "stormwatch_target_attach_failures_total", "stormwatch_target_planning_seconds",
+        "stormwatch_apf_requests_total",
         "stormwatch_throttled_requests_total", "stormwatch_retry_after_seconds",
         "stormwatch_exempt_client_requests_per_second", "stormwatch_detector_tracked_keys",
         "stormwatch_detector_evictions_total", "stormwatch_alertmanager_notifications_total",
