@@ -68,6 +68,8 @@ MAX_P99_INCREASE = 0.10    # p99 increase (both modes)
 SAT_CLIENTS, SAT_STREAMS = 16, 16
 # Fixed load: h2load's --rps is per connection, so the offered rate is clients x rps.
 FIXED_CLIENTS, FIXED_STREAMS = 30, 16
+# Fixed rates tried below saturation, as fractions of the agent-less saturation throughput.
+FIXED_FRACTIONS = (0.6, 0.5, 0.4)
 # APF would otherwise queue and reject at 256+ requests in flight: that measures APF, not us.
 # (APF still runs: every request is classified and holds a seat of its priority level.)
 APF_ARGS = ["--max-requests-inflight", "20000", "--max-mutating-requests-inflight", "10000"]
@@ -357,10 +359,11 @@ class Bench:
                 p0 = bpf_prog_stats()
             a0 = cpu_times(agent.proc.pid)
         n0 = self.srv.counts()
-        s0 = cpu_seconds(pid)
+        s0 = cpu_times(pid)
         res = self.h2load(clients, streams, self.secs, rps, requests=requests)
         time.sleep(1.5)  # in-flight requests finish; the agent catches up with its ring buffer
-        res["server_cpu"] = cpu_seconds(pid) - s0
+        s1 = cpu_times(pid)
+        res["server_cpu"], res["server_sys"] = sum(s1) - sum(s0), s1[1] - s0[1]
         if agent:
             a1 = cpu_times(agent.proc.pid)
             res["agent_user"], res["agent_sys"] = a1[0] - a0[0], a1[1] - a0[1]
@@ -439,6 +442,8 @@ def summarize(mode, a, b, offered=None):
     hits_per_req = h2_hits / req_b if req_b else float("nan")
     srv_a = sum(r["server_cpu"] for r in a) / req_a  # server CPU s per request
     srv_b = sum(r["server_cpu"] for r in b) / req_b
+    sys_a = sum(r["server_sys"] for r in a) / req_a  # of which in the kernel (uprobe traps, BPF, syscalls)
+    sys_b = sum(r["server_sys"] for r in b) / req_b
     lost = {}
     for r in b:
         for k, v in r["lost"].items():
@@ -464,6 +469,7 @@ def summarize(mode, a, b, offered=None):
         "hits_per_req": hits_per_req,
         "hits": hits,
         "srv_us_a": srv_a * 1e6, "srv_us_b": srv_b * 1e6,
+        "srv_sys_us_a": sys_a * 1e6, "srv_sys_us_b": sys_b * 1e6,
         # Extra server CPU per request with the agent, attributed to its probe hits.
         "per_hit_us": (srv_b - srv_a) / hits_per_req * 1e6 if hits_per_req else float("nan"),
         "lost": lost,
@@ -501,6 +507,8 @@ def print_table(rows):
         ("p99 ms without / with (**ratio**)", lambda s: f"{s['p99_a']:.2f} / {s['p99_b']:.2f} (**{s['p99_ratio']:.3f}**)"),
         ("server CPU us/req without / with", lambda s: f"{s['srv_us_a']:.0f} / {s['srv_us_b']:.0f} "
          f"({s['srv_us_b'] - s['srv_us_a']:+.0f})"),
+        ("of which system time, without / with", lambda s: f"{s['srv_sys_us_a']:.0f} / {s['srv_sys_us_b']:.0f} "
+         f"({s['srv_sys_us_b'] - s['srv_sys_us_a']:+.0f})"),
         ("agent CPU us/req (user + sys)", lambda s: f"{s['agent_us']:.1f} ({s['agent_user_us']:.1f} + {s['agent_sys_us']:.1f})"),
         ("BPF us/req (kernel run_time_ns)", lambda s: "n/a" if s["bpf_us_per_req"] is None else f"{s['bpf_us_per_req']:.2f}"),
         ("BPF us/run, per program", lambda s: ", ".join(f"{n} {v[1] / 1000:.2f}" for n, v in sorted(s["bpf"].items())
@@ -606,16 +614,19 @@ def main():
 
 def pick_fixed_rate(b, args, sat_a):
     """The fixed rate: 15k if the agent-less server clearly has the headroom; else the highest of
-    a few rates below its saturation throughput that a 4 s probe without the agent sustains
-    (>= 97% of offered, no failures); --quick takes 60% of saturation without probing."""
-    sat_rate = min(r["rate"] for r in sat_a) if sat_a else None
+    FIXED_FRACTIONS of its saturation throughput (median of the A rounds) that a 4 s probe without
+    the agent sustains (>= 97% of offered, no failures); --quick takes the first without probing.
+    Well below saturation, so that latency measures the agent and not queueing near the
+    with-agent capacity (on a shared machine capacity moves by 20% between rounds)."""
+    sat_rate = statistics.median(r["rate"] for r in sat_a) if sat_a else None
     if sat_rate is None:
         sat_rate = b.h2load(SAT_CLIENTS, SAT_STREAMS, 3)["rate"]
     if args.quick:
-        rate = max(FIXED_CLIENTS, int(sat_rate * 0.6) // 50 * 50)
-        return rate, f"--quick: 60% of the saturation throughput without the agent ({sat_rate:.0f} req/s), not probed"
+        rate = max(FIXED_CLIENTS, int(sat_rate * FIXED_FRACTIONS[0]) // 50 * 50)
+        return rate, (f"--quick: {FIXED_FRACTIONS[0]:.0%} of the saturation throughput without the agent "
+                      f"({sat_rate:.0f} req/s), not probed")
     candidates = [FIXED_TARGET_RPS] if sat_rate >= FIXED_TARGET_RPS * 1.05 else []
-    for frac in (0.85, 0.75, 0.65, 0.5):
+    for frac in FIXED_FRACTIONS:
         rate = int(sat_rate * frac) // 50 * 50
         if rate < FIXED_TARGET_RPS and rate not in candidates:
             candidates.append(rate)
@@ -651,7 +662,7 @@ def run(args):
             # Warm-up (not measured): TLS session caches, the server's token and authorization
             # caches, Go heap growth, etcd's page cache. Its rate sizes the saturation rounds:
             # each sends a fixed number of requests, about --seconds' worth, all completed.
-            warm = b.h2load(SAT_CLIENTS, SAT_STREAMS, 2 if args.quick else 3)
+            warm = b.h2load(SAT_CLIENTS, SAT_STREAMS, 3 if args.quick else 8)
             sat_n = max(SAT_CLIENTS * SAT_STREAMS, int(warm["rate"] * args.seconds) // 100 * 100)
 
             rows, sat_a, sat_b, note = [], [], [], ""
