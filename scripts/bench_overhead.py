@@ -74,6 +74,10 @@ FIXED_FRACTIONS = (0.6, 0.5, 0.4)
 # (APF still runs: every request is classified and holds a seat of its priority level.)
 APF_ARGS = ["--max-requests-inflight", "20000", "--max-mutating-requests-inflight", "10000"]
 H2_PROBES = ("http2_process_headers", "http2_handler_done")
+# Process names of the bench's server and etcd: not kube-apiserver / etcd, which agents started
+# without --pid (another engineer's test, a node's own agent) look for and would attach to,
+# taxing both sides of the comparison. Ours attaches by --pid.
+NAMES = {"apiserver_name": "sw-bench-apiserver", "etcd_name": "sw-bench-etcd"}
 
 # The real server's object: a namespaced custom resource (as in tests/e2e/test_real_apiserver.py).
 GROUP, VERSION, RESOURCE, NS, NAME = "bench.stormwatch.test", "v1", "widgets", "bench", "w1"
@@ -185,7 +189,7 @@ class TestServer:
     def start(self):
         binary = os.path.join(default_go_out(), "test-apiserver-go" + self.go) if self.go else None
         self.label = os.path.basename(binary or "test-apiserver") + " (tests/apiserver)"
-        self.c = Cluster(apiserver_bin=binary, apiserver_args=APF_ARGS).start()
+        self.c = Cluster(apiserver_bin=binary, apiserver_args=APF_ARGS, **NAMES).start()
         token_file = self.c.mint_token("default", "bench-client")
         with open(token_file) as f:
             self.token = f.read().strip()
@@ -229,7 +233,8 @@ class ApiextServer:
                 raise RuntimeError(f"missing {path} (the build makes it; set STORMWATCH_GO_OUT / STORMWATCH_DEBIAN_DIR)")
         self.label = "apiextensions-apiserver 0.36 (Kubernetes 1.36 k8s.io/apiserver), etcd 3.5" + \
             (", Metadata audit log" if self.audit else ", no audit log")
-        self.c = Cluster(server="apiextensions", etcd_bin=ETCD_3_5, audit=self.audit, apiserver_args=APF_ARGS).start()
+        self.c = Cluster(server="apiextensions", etcd_bin=ETCD_3_5, audit=self.audit, apiserver_args=APF_ARGS,
+                         **NAMES).start()
         crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
         self.api("POST", crd_path, CRD)
         deadline = time.monotonic() + 30
@@ -363,6 +368,7 @@ class Bench:
         res = self.h2load(clients, streams, self.secs, rps, requests=requests)
         time.sleep(1.5)  # in-flight requests finish; the agent catches up with its ring buffer
         s1 = cpu_times(pid)
+        foreign = max(foreign, foreign_probes(pid, agent.proc.pid if agent else None))
         res["server_cpu"], res["server_sys"] = sum(s1) - sum(s0), s1[1] - s0[1]
         if agent:
             a1 = cpu_times(agent.proc.pid)
