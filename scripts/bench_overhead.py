@@ -342,15 +342,21 @@ class Bench:
         return hits, lost
 
     def round(self, with_agent, clients, streams, requests, rps=None):
+        agent = Agent(self.workdir, extra_args=["--pid", str(self.srv.pid())]) if with_agent else None
+        try:
+            return self._round(agent, clients, streams, requests, rps)
+        finally:
+            if agent and agent.proc and agent.proc.poll() is None:
+                agent.stop()  # after an error: never leave an agent attached behind us
+
+    def _round(self, agent, clients, streams, requests, rps):
         """One measured window. CPU is read right around h2load plus a short settle (both sides
         alike), so the agent's start-up (symbol lookup, attach) is not charged to the requests,
         while the requests in flight at the end, and the agent draining its ring buffer, are.
         The server's and the agent's counts are read outside the CPU window."""
-        agent = None
         pid = self.srv.pid()
         foreign = foreign_probes(pid)
-        if with_agent:
-            agent = Agent(self.workdir, extra_args=["--pid", str(pid)])
+        if agent:
             agent.start()
             agent.wait_attached(timeout=60)
             time.sleep(1.0)  # let attach-time work finish before the window opens
@@ -410,7 +416,7 @@ class Bench:
             rc = agent.stop()
             if rc not in (0, None):
                 raise RuntimeError(f"agent exited with {rc}:\n{agent.stderr()[-3000:]}")
-        tag = "B (agent)" if with_agent else "A (no agent)"
+        tag = "B (agent)" if agent else "A (no agent)"
         extra = ""
         if agent:
             h2 = sum(res["hits"].get(p, 0) for p in H2_PROBES)
@@ -609,7 +615,7 @@ def main():
 
     if os.geteuid() != 0:
         sys.exit("needs root (uprobes): run with sudo")
-    for path in (H2LOAD, AGENT_BINARY) + ((BPFTOOL,) if args.bpf_stats else ()):
+    for path in (H2LOAD, AGENT_BINARY, BPFTOOL):
         if not os.path.exists(path):
             sys.exit(f"missing {path} (set STORMWATCH_BUILD_DIR / install nghttp2-client, bpftool)")
 
