@@ -101,7 +101,7 @@ class ApiServerProcess:
 
 class Cluster:
     def __init__(self, apiserver_bin=None, operator_bin=None, keep_tmp=None, apiserver_args=(),
-                 apiserver_name="kube-apiserver", etcd_bin=None, etcd_name=None, server="test"):
+                 apiserver_name="kube-apiserver", etcd_bin=None, etcd_name=None, server="test", audit=True):
         go_out = default_go_out()
         self.apiserver_args = list(apiserver_args)  # extra flags appended to the apiserver's command line
         self.apiserver_name = apiserver_name  # executable name under TMP/bin (the agent finds targets by name)
@@ -109,6 +109,7 @@ class Cluster:
         # k8s.io/apiextensions-apiserver (apiserver_bin), delegating authentication and
         # authorization to tests/e2e/delegation_harness.py as aggregated API servers do.
         self.server = server
+        self.audit = audit  # apiextensions: a Metadata-level audit log (off: none, as kubeadm's default)
         default_server = "apiextensions-apiserver" if server == "apiextensions" else "test-apiserver"
         self.apiserver_src = apiserver_bin or os.path.join(go_out, default_server)
         self.mint_bin = os.path.join(go_out, "test-apiserver")  # mints bound SA tokens
@@ -322,11 +323,14 @@ class Cluster:
                                                                      "certificate-authority": self.ca_file}}],
                        "users": [{"name": "apiext", "user": {"token": "delegation-token"}}],
                        "contexts": [{"name": "harness", "context": {"cluster": "harness", "user": "apiext"}}]}, f)
-        policy = self._path("pki", "audit-policy.yaml")
-        with open(policy, "w") as f:
-            f.write("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
-                    "rules:\n- level: Metadata\n")
-        self.audit_log = self._path("logs", "audit.log")
+        audit = []
+        if self.audit:
+            policy = self._path("pki", "audit-policy.yaml")
+            with open(policy, "w") as f:
+                f.write("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+                        "rules:\n- level: Metadata\n")
+            self.audit_log = self._path("logs", "audit.log")
+            audit = ["--audit-policy-file", policy, "--audit-log-path", self.audit_log, "--audit-log-format", "json"]
         binary = self.apiserver_binary()
         shutil.copy2(self.apiserver_src, binary)
         self.base_url = f"https://127.0.0.1:{port}"
@@ -343,7 +347,7 @@ class Cluster:
             "--kubeconfig", delegation, "--authentication-skip-lookup",
             "--disable-admission-plugins", "NamespaceLifecycle,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,"
                                            "ValidatingAdmissionPolicy,MutatingAdmissionPolicy",
-            "--audit-policy-file", policy, "--audit-log-path", self.audit_log, "--audit-log-format", "json",
+            *audit, *self.apiserver_args,
         ], "apiserver.log")
         self.apiserver_pid = self.apiserver.pid
         ctx = ssl.create_default_context(cafile=self.ca_file)
@@ -361,6 +365,8 @@ class Cluster:
     def audit_events(self):
         """The audit log's events (JSON lines), as far as written."""
         events = []
+        if not self.audit_log:
+            return events
         try:
             with open(self.audit_log) as f:
                 for line in f:
