@@ -22,7 +22,7 @@
 
 namespace stormwatch {
 
-Identity IdentityCache::Resolve(std::string_view authorization, std::string_view user_agent) {
+IdentityRef IdentityCache::Resolve(std::string_view authorization, std::string_view user_agent) {
   uint64_t key = KeyedHash(authorization) * 31 + KeyedHash(user_agent);
   if (auto it = index_.find(key); it != index_.end()) {
     ++hits_;
@@ -30,7 +30,7 @@ Identity IdentityCache::Resolve(std::string_view authorization, std::string_view
     return it->second->second;
   }
   ++misses_;
-  Identity id = IdentityFromHeaders(authorization, user_agent);
+  auto id = std::make_shared<const Identity>(IdentityFromHeaders(authorization, user_agent));
   lru_.emplace_front(key, id);
   index_[key] = lru_.begin();
   if (lru_.size() > capacity_) {
@@ -87,8 +87,8 @@ RequestPipeline::RequestPipeline(PrometheusExporter* exporter, const DetectorsCo
 
 RequestPipeline::~RequestPipeline() = default;
 
-Identity RequestPipeline::Resolve(const RequestConnection& connection, std::string_view authorization,
-                                  std::string_view user_agent) {
+IdentityRef RequestPipeline::Resolve(const RequestConnection& connection,
+                                     std::string_view authorization, std::string_view user_agent) {
   // kube-apiserver's authenticators run x509 first, so a client certificate wins over a token.
   // The BPF program looks for the certificate only on requests without a token (a probe read
   // costs the server time; clients rarely send both), so a token names its request.
@@ -100,7 +100,7 @@ Identity RequestPipeline::Resolve(const RequestConnection& connection, std::stri
       id.groups = std::move(cert->groups);
       id.system_masters = cert->system_masters;
       id.reason = std::move(cert->reason);
-      return id;
+      return std::make_shared<const Identity>(std::move(id));
     }
   }
   return identities_.Resolve(authorization, user_agent);
@@ -170,7 +170,9 @@ void RequestPipeline::OnHttp1Exchange(const Http1Exchange& x) {
   r.response.flow_schema_uid = x.flow_schema_uid;
   r.response.retry_after_s = x.retry_after_s;
   r.response_body_prefix = x.body_prefix;
-  r.identity = Resolve({.pid = x.tgid, .conn = x.conn, .http1 = true}, x.authorization, x.user_agent);
+  r.shared_identity = Resolve({.pid = x.tgid, .conn = x.conn, .http1 = true}, x.authorization,
+                              x.user_agent);
+  r.identity = *r.shared_identity;
   OnRequest(r);
 }
 
@@ -250,6 +252,7 @@ void RequestPipeline::OnEtcdCall(EtcdRequest& r) {
 }
 
 void RequestPipeline::ReplayRequest(RequestRecord r) {
+  r.shared_identity.reset();  // a record's identity as it stands, not a pointer it came with
   r.etcd = {};  // matched again from the replayed etcd calls, as live
   OnRequest(r);
 }
@@ -292,7 +295,9 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   r.info = ParseRequestInfo(r.method, r.path);
   r.shape = ParseQueryShape(r.info, r.path);
   r.keys = RecordKeysOf(r);  // identity and info are final: every detector keys by these
-  r.shared_identity = InternIdentity(r);
+  // Live records carry their identity from the identity cache, shared (a client certificate's
+  // is made per request); replayed ones are interned here.
+  if (!r.shared_identity) r.shared_identity = InternIdentity(r);
   // Facts from the response body, then the body is gone: it may be a Secret.
   // Only writes' (POST, PUT, PATCH, DELETE: as the HTTP/2 probe keeps them); HTTP/1.1 keeps
   // every response's first bytes.

@@ -31,19 +31,20 @@
 namespace stormwatch {
 
 // JWT decoding per request is the costliest step after capture; identities repeat, so decoded
-// ones are kept by a keyed hash of (authorization, user agent). Bounded, least recently used
-// first out. The token itself is never kept.
+// ones are kept by a keyed hash of (authorization, user agent), shared with every record and
+// detector that names them. Bounded, least recently used first out. The token itself is never
+// kept.
 class IdentityCache {
  public:
   explicit IdentityCache(size_t capacity = 4096) : capacity_(capacity) {}
-  Identity Resolve(std::string_view authorization, std::string_view user_agent);
+  IdentityRef Resolve(std::string_view authorization, std::string_view user_agent);
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
 
  private:
   size_t capacity_;
-  std::list<std::pair<uint64_t, Identity>> lru_;
-  std::unordered_map<uint64_t, std::list<std::pair<uint64_t, Identity>>::iterator> index_;
+  std::list<std::pair<uint64_t, IdentityRef>> lru_;
+  std::unordered_map<uint64_t, std::list<std::pair<uint64_t, IdentityRef>>::iterator> index_;
   uint64_t hits_ = 0, misses_ = 0;
 };
 
@@ -132,8 +133,8 @@ class RequestPipeline {
   void OnHttp1Exchange(const Http1Exchange& x);
   void NameApfLevels(ResponseFacts& facts);
   void PublishDetectorState(int64_t now_ns);
-  Identity Resolve(const RequestConnection& connection, std::string_view authorization,
-                   std::string_view user_agent);
+  IdentityRef Resolve(const RequestConnection& connection, std::string_view authorization,
+                      std::string_view user_agent);
   // etcd's calls: from its gRPC interceptor (OnEtcdCall), or, where that was not found, from
   // its HTTP/2 server (OnEtcdHttp2Request: method and HTTP status only).
   void OnEtcdCall(EtcdRequest& r);

@@ -15,8 +15,10 @@
 namespace stormwatch {
 
 // Turns credentials into an identity at once, so no token is kept past the event that held it.
-// The connection lets it fall back to the connection's client certificate.
-using IdentityResolver = std::function<Identity(const RequestConnection& connection,
+// The connection lets it fall back to the connection's client certificate. Shared: the record
+// carries it as RequestRecord::shared_identity, so a cached identity is never copied for
+// detectors.
+using IdentityResolver = std::function<IdentityRef(const RequestConnection& connection,
                                                 std::string_view authorization,
                                                 std::string_view user_agent)>;
 

@@ -86,7 +86,7 @@ TEST(H2Events, ConnectionAddressesReachTheRecord) {
   RequestConnection seen;
   RequestAssembler assembler([&](const RequestConnection& c, std::string_view, std::string_view) {
     seen = c;
-    return Identity{};
+    return std::make_shared<const Identity>();
   });
   assembler.OnRequest(std::get<H2RequestEvent>(*DecodeCaptureEvent(bytes)));
   EXPECT_EQ(seen.pid, 7u);
@@ -137,12 +137,12 @@ TEST(H2Events, RejectsMalformedEvents) {
   EXPECT_FALSE(DecodeCaptureEvent(unknown).ok());
 }
 
-Identity FakeResolver(const RequestConnection&, std::string_view authorization,
-                      std::string_view user_agent) {
+IdentityRef FakeResolver(const RequestConnection&, std::string_view authorization,
+                         std::string_view user_agent) {
   Identity id;
   id.user = authorization.empty() ? "system:anonymous" : "user-of-" + std::string(authorization.substr(7, 3));
   id.user_agent = user_agent;
-  return id;
+  return std::make_shared<const Identity>(std::move(id));
 }
 
 H2RequestEvent Req(uint32_t tgid, uint64_t conn, uint32_t stream, uint64_t ts,

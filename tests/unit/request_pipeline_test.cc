@@ -213,6 +213,32 @@ TEST_F(PipelineTest, EtcdTrafficIsNotApiserverTraffic) {
 
 // The BPF program looks for a certificate only on requests without a token, so a token names
 // its request.
+// Live requests carry the identity cache's shared Identity: the same object for every request
+// with one token and user agent (nothing copied for detectors), a new one for another token.
+TEST(PipelineIdentity, LiveRequestsShareTheCachedIdentity) {
+  PrometheusExporter exporter;
+  RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
+  std::vector<IdentityRef> seen;
+  pipeline.SetRecorder({.request = [&](const RequestRecord& r) { seen.push_back(r.shared_identity); }});
+  auto get = [&](uint32_t stream, const std::string& token) {
+    pipeline.OnEvent(RequestEvent(0xc000100000, stream, 1000,
+                                  {{":method", "GET"},
+                                   {":path", "/api/v1/namespaces/default/configmaps/a"},
+                                   {"authorization", "Bearer " + token},
+                                   {"user-agent", "op/v1"}}));
+    pipeline.OnEvent(ResponseEvent(0xc000100000, stream, 2000, 200));
+  };
+  get(1, "opaque-token-one");
+  get(3, "opaque-token-one");
+  get(5, "opaque-token-two");
+  ASSERT_EQ(seen.size(), 3u);
+  ASSERT_NE(seen[0], nullptr);
+  EXPECT_EQ(seen[0], seen[1]);
+  EXPECT_NE(seen[1], seen[2]);
+  EXPECT_NE(seen[1]->user, seen[2]->user);  // opaque tokens: a keyed hash each
+  EXPECT_EQ(seen[0]->user_agent, "op/v1");
+}
+
 TEST(PipelineIdentity, CertificateNamesTokenlessRequestsOnly) {
   PrometheusExporter exporter;
   auto cert_identity = [](const RequestConnection&) -> std::optional<Identity> {
