@@ -178,7 +178,18 @@ def delta(after, before):
 
 # ---- the servers under test ----
 
-class TestServer:
+class Server:
+    """One throw-away cluster (tests/e2e/cluster.py) in self.c, started by the subclass."""
+
+    def stop(self):
+        if self.c:
+            self.c.stop()
+
+    def pid(self):
+        return self.c.apiserver_pid
+
+
+class TestServer(Server):
     """The project's test API server (tests/apiserver): GET of one configmap. Its request count is
     its /debug/counts (a listener it does not count), compared as a total with the agent's."""
 
@@ -199,13 +210,6 @@ class TestServer:
         self.url = self.c.base_url + "/api/v1/namespaces/default/configmaps/bench"
         self.request = "GET /api/v1/namespaces/default/configmaps/bench (bearer token, service account)"
 
-    def stop(self):
-        if self.c:
-            self.c.stop()
-
-    def pid(self):
-        return self.c.apiserver_pid
-
     def counts(self):
         return {"all": sum(row["count"] for row in self.c.server_counts())}
 
@@ -214,7 +218,7 @@ class TestServer:
         return {"all": sum(v for n, _, v in metrics if n == "stormwatch_requests_total")}
 
 
-class ApiextServer:
+class ApiextServer(Server):
     """The real upstream API server (k8s.io/apiextensions-apiserver 0.36) on etcd 3.5: GET of one
     custom object. Its request count is its own apiserver_request_total (resource requests, per
     verb, group, version, resource, subresource, scope and code), read from its /metrics with the
@@ -272,13 +276,6 @@ class ApiextServer:
                                      headers={"Content-Type": "application/json", "Accept": "application/json"})
         with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
             return json.load(r)
-
-    def stop(self):
-        if self.c:
-            self.c.stop()
-
-    def pid(self):
-        return self.c.apiserver_pid
 
     def counts(self):
         out = {}

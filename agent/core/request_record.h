@@ -50,8 +50,9 @@ struct Identity {
   bool operator==(const Identity&) const = default;
 };
 
-// One client's identity, shared and immutable: the pipeline interns it once per client and
-// detectors keep this pointer rather than a copy of its strings per tracked key.
+// One client's identity, shared and immutable: the identity cache (or, on replay, the pipeline)
+// makes it once per client and detectors keep this pointer rather than a copy of its strings
+// per tracked key.
 using IdentityRef = std::shared_ptr<const Identity>;
 
 // What a read costs the server, from its query (k8s.io/apimachinery ListOptions).
@@ -143,8 +144,9 @@ struct RequestRecord {
   RequestInfo info;
   QueryShape shape;
   Identity identity;
-  // `identity`, interned by the pipeline (agent/pipeline/identity_interner.h); null in records
-  // built by hand, where detectors make their own copy (SharedIdentity).
+  // `identity`, shared: the identity cache's on the live path, interned by the pipeline on
+  // replay (RequestPipeline::InternIdentity); null in records built by hand, where detectors
+  // make their own copy (SharedIdentity).
   IdentityRef shared_identity;
   RecordKeys keys;  // of identity and info, once both are final
 
