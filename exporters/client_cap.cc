@@ -151,7 +151,8 @@ bool ClientCap::Admit(const std::string& client, bool is_request) {
     it->second.seen = true;
     return true;
   }
-  if (auto it = reserved_.find(client); it != reserved_.end()) {
+  // Slots are reserved only between a Compact and the reserved clients' next request.
+  if (auto it = reserved_.empty() ? reserved_.end() : reserved_.find(client); it != reserved_.end()) {
     reserved_.erase(it);
     // Carries its folded count over, so it is compared with admitted clients fairly.
     Admit(client, folded_.Guaranteed(client) + is_request);

@@ -196,7 +196,11 @@ prometheus::Counter& PrometheusExporter::ClientCounter(ClientFamily family,
   static const std::string kOther = kOtherClient;
   const std::string& label = admitted ? client : kOther;
   if (!admitted) folded_counters_[family]->Increment();
-  auto& counters = client_counters_[label][family];
+  // The previous call's client is most often this one's (a request counts in several families).
+  if (last_client_ == nullptr || last_client_->first != label) {
+    last_client_ = &*client_counters_.try_emplace(label).first;
+  }
+  auto& counters = last_client_->second[family];
   auto it = counters.find(key);
   if (it == counters.end()) {
     if (counters.empty()) {
@@ -218,6 +222,7 @@ void PrometheusExporter::EndClientSeries(const std::string& client) {
     client_series_gauges_[f]->Set(static_cast<double>(--clients_per_family_[f]));
   }
   client_counters_.erase(it);
+  last_client_ = nullptr;
 }
 
 void PrometheusExporter::Compact(int64_t now_ns) {

@@ -180,6 +180,10 @@ class PrometheusExporter {
   std::array<prometheus::Gauge*, kClientFamilyCount> client_series_gauges_;
   std::array<prometheus::Counter*, kClientFamilyCount> folded_counters_;
   absl::flat_hash_map<std::string, ClientCounters> client_counters_;
+  // The entry ClientCounter used last (a request counts in several families). Entries move
+  // when the map grows: only ClientCounter adds (and re-points this), EndClientSeries erases
+  // (and clears this).
+  std::pair<const std::string, ClientCounters>* last_client_ = nullptr;
   // Histogram handles per label set: Family::Add hashes a std::map on every call.
   absl::flat_hash_map<std::string, prometheus::Histogram*> duration_cache_;
   absl::flat_hash_map<std::string, prometheus::Histogram*> etcd_duration_cache_;

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <set>
 
+#include <absl/container/inlined_vector.h>
+
 namespace stormwatch {
 namespace {
 
@@ -45,13 +47,14 @@ std::pair<std::string_view, std::string_view> SplitTarget(std::string_view targe
   return {target.substr(0, q), target.substr(q + 1)};
 }
 
-// splitPath in requestinfo.go: trim every leading and trailing '/', then split on '/'.
-std::vector<std::string> SplitPath(std::string_view path) {
+// splitPath in requestinfo.go: trim every leading and trailing '/', then split on '/'. Views
+// into `path`; kept in a small inline buffer, since API paths have at most a few segments.
+absl::InlinedVector<std::string_view, 8> SplitPath(std::string_view path) {
   size_t b = path.find_first_not_of('/');
   if (b == std::string_view::npos) return {};
   size_t e = path.find_last_not_of('/');
   path = path.substr(b, e - b + 1);
-  std::vector<std::string> parts;
+  absl::InlinedVector<std::string_view, 8> parts;
   size_t start = 0;
   while (true) {
     size_t slash = path.find('/', start);
@@ -401,6 +404,11 @@ class LabelParser {
 }  // namespace
 
 std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space) {
+  // Most paths and query values have nothing to decode: one copy.
+  if (s.find('%') == std::string_view::npos &&
+      (!plus_is_space || s.find('+') == std::string_view::npos)) {
+    return std::string(s);
+  }
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
@@ -544,7 +552,7 @@ RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_
   info.path = PercentDecode(raw_path, /*plus_is_space=*/false).value_or(std::string(raw_path));
   info.verb = ToLower(method);
 
-  std::vector<std::string> parts = SplitPath(info.path);
+  const auto parts = SplitPath(info.path);
   if (parts.size() < 3) return info;
   if (parts[0] != "api" && parts[0] != "apis") return info;
   info.api_prefix = parts[0];
@@ -585,8 +593,7 @@ RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_
       }
     }
   }
-  info.parts.assign(std::make_move_iterator(parts.begin() + static_cast<ptrdiff_t>(i)),
-                    std::make_move_iterator(parts.end()));
+  info.parts.assign(parts.begin() + static_cast<ptrdiff_t>(i), parts.end());
 
   // resource/name/subresource/other/stuff; proxy takes no subresource.
   const auto& p = info.parts;

@@ -40,8 +40,9 @@ IdentityRef IdentityCache::Resolve(std::string_view authorization, std::string_v
   return id;
 }
 
-std::string ClientLabel(const Identity& identity) {
-  return identity.user.empty() ? "unknown" : identity.user;
+const std::string& ClientLabel(const Identity& identity) {
+  static const std::string kUnknown = "unknown";
+  return identity.user.empty() ? kUnknown : identity.user;
 }
 
 RequestPipeline::RequestPipeline(PrometheusExporter* exporter, const DetectorsConfig& detectors,
@@ -226,7 +227,7 @@ void RequestPipeline::OnEtcdCall(EtcdRequest& r) {
     if (std::optional<Identity> cert = connections_.identity(r.connection)) r.identity = std::move(*cert);
   }
   if (recorder_.etcd) recorder_.etcd(r);
-  const std::string client = ClientLabel(r.identity);
+  const std::string& client = ClientLabel(r.identity);
   const std::string method = GrpcMethodLabel(r.method);
   static const std::string kNoKey;
   if (r.stream_message != EtcdStreamMessage::kNone) {
@@ -251,13 +252,13 @@ void RequestPipeline::OnEtcdCall(EtcdRequest& r) {
   etcd_links_.OnRange(r);
 }
 
-void RequestPipeline::ReplayRequest(RequestRecord r) {
+void RequestPipeline::ReplayRequest(RequestRecord&& r) {
   r.shared_identity.reset();  // a record's identity as it stands, not a pointer it came with
   r.etcd = {};  // matched again from the replayed etcd calls, as live
   OnRequest(r);
 }
 
-void RequestPipeline::ReplayEtcdCall(EtcdRequest r) {
+void RequestPipeline::ReplayEtcdCall(EtcdRequest&& r) {
   // Recorded without its key: the decoded key and the identity stand as recorded.
   r.key.clear();
   r.range_end.clear();
@@ -311,7 +312,7 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   etcd_links_.Match(r);
   if (recorder_.request) recorder_.request(r);
   MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
-  const std::string client = ClientLabel(r.identity);
+  const std::string& client = ClientLabel(r.identity);
   // KeyOf(client): the user's key, or that of "unknown".
   static const uint64_t kUnknownKey = ClientPeers::KeyOf(ClientLabel(Identity{}));
   peers_.Observe(r.identity.user.empty() ? kUnknownKey : r.keys.user, client, r.peer_address,

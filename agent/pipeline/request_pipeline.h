@@ -49,7 +49,7 @@ class IdentityCache {
 };
 
 // The `client` label: who an operator can act on.
-std::string ClientLabel(const Identity& identity);
+const std::string& ClientLabel(const Identity& identity);
 
 struct PipelineStats {
   uint64_t events = 0;
@@ -103,8 +103,8 @@ class RequestPipeline {
     std::function<void(const EtcdRequest&)> etcd;
   };
   void SetRecorder(Recorder recorder) { recorder_ = std::move(recorder); }
-  void ReplayRequest(RequestRecord r);
-  void ReplayEtcdCall(EtcdRequest r);
+  void ReplayRequest(RequestRecord&& r);
+  void ReplayEtcdCall(EtcdRequest&& r);
   // Once a second: expire stale requests, run detectors, publish loss counters.
   void Tick(int64_t now_ns);
   void SetTargetRole(uint32_t tgid, TargetRole role) { roles_[tgid] = role; }

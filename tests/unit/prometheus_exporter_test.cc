@@ -182,6 +182,23 @@ TEST(PrometheusExporterTest, ClientsBeyondTheLimitAreCountedAsOther) {
   EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_list_requests_total"} 2)")) << m;
 }
 
+// The exporter remembers the last client's counters between families; the map holding them
+// grows (entries move) and shrinks (Compact) between two requests of one client.
+TEST(PrometheusExporterTest, CountsStayExactWhileClientsComeAndGo) {
+  PrometheusExporter e(ClientSeriesLimits{.max_clients = 300, .idle_s = 600});
+  for (int round = 0; round < 3; ++round) {
+    e.CountRequest(Get("steady"), 7);
+    for (int i = 0; i < 200; ++i) e.CountRequest(Get("c" + std::to_string(round) + "-" + std::to_string(i)), 1);
+    e.CountRequest(Get("steady"), 7);
+    e.Compact(static_cast<int64_t>(round + 1) * 700 * kSec);  // ends the idle clients
+  }
+  e.CountRequest(Get("steady"), 7);
+  const std::string m = Metrics(e);
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="steady",code="200",group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1"} 7)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_response_bytes_total{client="steady",code="200",group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1"} 49)")) << m;
+  EXPECT_EQ(m.find(R"(client="c0-0")"), std::string::npos) << m;
+}
+
 TEST(PrometheusExporterTest, CompactEndsIdleClientsAndAHeavyFoldedClientTakesTheSlot) {
   PrometheusExporter e(ClientSeriesLimits{.max_clients = 1, .idle_s = 600});
   e.CountRequest(Get("early"), 0);

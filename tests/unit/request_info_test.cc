@@ -644,6 +644,10 @@ TEST(RequestInfoTest, PercentDecode) {
   EXPECT_EQ(PercentDecode("%4", true), std::nullopt);
   EXPECT_EQ(PercentDecode("%4g", true), std::nullopt);
   EXPECT_EQ(PercentDecode("", true), "");
+  // Nothing to decode (the common case, copied in one go): '+' is a space only in queries.
+  EXPECT_EQ(PercentDecode("/api/v1/namespaces/a+b/pods", false), "/api/v1/namespaces/a+b/pods");
+  EXPECT_EQ(PercentDecode("a+b", true), "a b");
+  EXPECT_EQ(PercentDecode("plain", true), "plain");
 }
 
 TEST(RequestInfoTest, FieldSelectorParsing) {
