@@ -72,6 +72,7 @@ void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordK
         [&] {
           Writer fresh(kWriterBuckets);
           fresh.identity = SharedIdentity(r);
+          fresh.packed_identity = PackedIdentity(*fresh.identity);
           fresh.resource_key = keys.resource;
           return fresh;
         },
@@ -81,7 +82,7 @@ void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordK
     w.last_write_ns = std::max(w.last_write_ns, now_ns);
     if (object) {
       last_writes_.FindOrInsert(keys.object, [] { return LastWrite{}; },
-                                [](uint64_t, LastWrite&) {}) = {w.identity, now_ns};
+                                [](uint64_t, LastWrite&) {}) = {w.packed_identity, now_ns};
     }
   }
   const ResponseFacts& f = r.response;
@@ -167,15 +168,16 @@ StormEvidence StuckFinalizersDetector::BuildEvidence(const Resource& res,
                         {"terminating_s", Seconds(now_ns - t->since_ns)}});
   }
   const int64_t oldest_s = Seconds(now_ns - stuck.oldest.front()->since_ns);
-  const std::string last_writer =
-      stuck.last_writer ? stuck.last_writer->identity->user : std::string();
+  const Identity last_writer_identity =
+      stuck.last_writer ? stuck.last_writer->identity.Unpack() : Identity{};
+  const std::string& last_writer = last_writer_identity.user;
 
   StormEvidence ev;
   ev.storm = kStuckFinalizersStorm;
   if (silent) {
     ev.identity = *silent->identity;
   } else if (stuck.last_writer) {
-    ev.identity = *stuck.last_writer->identity;
+    ev.identity = last_writer_identity;
   }
   ev.api_group = res.api_group;
   ev.resource = res.resource;
@@ -233,7 +235,7 @@ std::vector<StormTransition> StuckFinalizersDetector::Evaluate(int64_t now_ns) {
       s.oldest.insert(std::upper_bound(s.oldest.begin(), s.oldest.end(), &t, older), &t);
       if (s.oldest.size() > kExamples) s.oldest.pop_back();
       const LastWrite* w = last_writes_.Find(it->first);
-      if (w && w->identity && (!s.last_writer || w->at_ns > s.last_writer->at_ns)) {
+      if (w && !w->identity.empty() && (!s.last_writer || w->at_ns > s.last_writer->at_ns)) {
         s.last_writer = w;
       }
     }

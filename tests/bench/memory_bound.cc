@@ -17,12 +17,20 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "agent/analysis/conflict_storm_detector.h"
+#include "agent/analysis/etcd_range_storm_detector.h"
+#include "agent/analysis/exempt_client_detector.h"
+#include "agent/analysis/list_storm_detector.h"
+#include "agent/analysis/relist_churn_detector.h"
+#include "agent/analysis/stuck_finalizers_detector.h"
+#include "agent/analysis/throttled_client_detector.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "bpf/events.h"
 #include "exporters/prometheus_exporter.h"
@@ -55,6 +63,11 @@ int64_t ResidentBytes() {
 
 // Bytes malloc has handed out and not had back: the agent's state, without what malloc keeps.
 int64_t HeapInUseBytes() { return static_cast<int64_t>(mallinfo2().uordblks); }
+// The same plus the large blocks malloc maps on their own (big hash tables' arrays).
+int64_t HeapAndMmappedBytes() {
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+}
 
 std::string Base64Url(std::string_view in) {
   static constexpr char kAlphabet[] =
@@ -157,6 +170,114 @@ Request Synthesize(size_t i) {
     case 18: return {"PUT", item + "/status"};
     default: return {"GET", item, 404};
   }
+}
+
+// The benchmark's traffic: kRequests requests at kRequestsPerSecond of simulated time, the
+// pipeline ticked every second (then on_tick(now)) and the exporter compacted every minute;
+// after(n) once n requests are in.
+template <typename OnTick, typename After>
+void FeedWorkload(RequestPipeline& pipeline, PrometheusExporter& exporter, OnTick on_tick,
+                  After after) {
+  const int64_t t0 = 1000 * kSec;
+  int64_t next_tick = t0 + kSec, next_compact = t0 + 60 * kSec;
+  uint32_t stream = 1;
+  size_t synthesized = 0;
+  for (size_t i = 0; i < kRequests; ++i) {
+    int64_t ts = t0 + static_cast<int64_t>(i) * kSec / kRequestsPerSecond;
+    while (ts >= next_tick) {
+      pipeline.Tick(next_tick);
+      on_tick(next_tick);
+      next_tick += kSec;
+    }
+    if (ts >= next_compact) {
+      exporter.Compact(ts);
+      next_compact += 60 * kSec;
+    }
+
+    // Every 100th request is a runaway loop on one object (10 writes/s): storms fire too.
+    bool runaway = i % 100 == 99;
+    size_t identity = runaway    ? kIdentities + kHeavyClients
+                      : i % 5 == 0 ? kIdentities + (i / 5) % kHeavyClients
+                                   : (i * 48271) % kIdentities;
+    Request r = runaway ? Request{"PUT", "/apis/batch.company.com/v1/namespaces/etl/datajobs/loop"}
+                        : Synthesize(synthesized++);
+    std::string token = ServiceAccountToken("ns-" + std::to_string(identity % 1000),
+                                            "sa-" + std::to_string(identity));
+    uint64_t conn = 0xc000000000 + identity;  // one connection per client
+    pipeline.OnEvent(RequestEvent(conn, stream, ts,
+                                  {{":method", r.method},
+                                   {":scheme", "https"},
+                                   {":path", r.path},
+                                   {"authorization", "Bearer " + token},
+                                   {"user-agent", "bench-client/v1.0"}}));
+    pipeline.OnEvent(ResponseEvent(conn, stream, ts + 2'000'000, r.status, r.bytes));
+    stream += 2;
+    after(i + 1);
+  }
+}
+
+// Where the heap goes once everything is full: the same traffic again, each detector a
+// standalone copy fed the pipeline's records (RequestPipeline::Recorder) and evaluated at its
+// ticks, then each piece destroyed in turn and the heap it gave back (malloc'd and mmapped
+// bytes) printed. Identities are shared: the pipeline's cache frees the ones it still holds,
+// a detector those only it kept alive.
+void PrintHeapByComponent() {
+  const int64_t heap_at_start = HeapAndMmappedBytes();
+  DetectorsConfig only_update_loop;  // the pipeline's own detectors: update_loop (always on)
+  only_update_loop.list_storm.enabled = false;
+  only_update_loop.exempt_client.enabled = false;
+  only_update_loop.conflict_storm.enabled = false;
+  only_update_loop.throttled_client.enabled = false;
+  only_update_loop.stuck_finalizers.enabled = false;
+  only_update_loop.relist_churn.enabled = false;
+  only_update_loop.etcd_range_storm.enabled = false;
+  const DetectorsConfig defaults;
+  std::vector<std::unique_ptr<StormDetector>> detectors;
+  detectors.push_back(std::make_unique<UpdateLoopStormDetector>(defaults.update_loop,
+                                                                defaults.update_loop_allow));
+  detectors.push_back(std::make_unique<ListStormDetector>(defaults.list_storm));
+  detectors.push_back(std::make_unique<ExemptClientDetector>(defaults.exempt_client));
+  detectors.push_back(std::make_unique<ConflictStormDetector>(defaults.conflict_storm));
+  detectors.push_back(std::make_unique<ThrottledClientDetector>(defaults.throttled_client));
+  detectors.push_back(std::make_unique<StuckFinalizersDetector>(defaults.stuck_finalizers));
+  detectors.push_back(std::make_unique<RelistChurnDetector>(defaults.relist_churn));
+  detectors.push_back(std::make_unique<EtcdRangeStormDetector>(defaults.etcd_range_storm));
+  auto exporter = std::make_unique<PrometheusExporter>(ClientSeriesLimits{});
+  auto pipeline = std::make_unique<RequestPipeline>(exporter.get(), only_update_loop,
+                                                    [](const StormTransition&) {});
+  RequestPipeline::Recorder feed_detectors;
+  feed_detectors.request = [&](const RequestRecord& r) {
+    for (auto& d : detectors) d->Observe(r, static_cast<int64_t>(r.end_ns));
+  };
+  pipeline->SetRecorder(std::move(feed_detectors));
+  FeedWorkload(*pipeline, *exporter, [&](int64_t now) {
+    for (auto& d : detectors) d->Evaluate(now);
+  }, [](size_t) {});
+
+  const int64_t heap_full = HeapAndMmappedBytes();
+  std::printf("heap by component after %zu requests (MiB, malloc'd and mmapped; the pipeline's "
+              "own update_loop counted under update_loop):\n", kRequests);
+  int64_t update_loop_bytes = 0;
+  for (auto& d : detectors) {
+    const std::string name = d->storm();
+    const size_t tracked = d->Stats().tracked;
+    const int64_t before = HeapAndMmappedBytes();
+    d.reset();
+    const int64_t freed = before - HeapAndMmappedBytes();
+    if (name == kUpdateLoopStorm) update_loop_bytes = freed;
+    std::printf("  %-18s %6.1f  (%zu keys, %.0f B per key)\n", name.c_str(), freed / 1048576.0,
+                tracked, tracked ? static_cast<double>(freed) / tracked : 0.0);
+  }
+  int64_t before = HeapAndMmappedBytes();
+  pipeline.reset();
+  const int64_t pipeline_bytes = before - HeapAndMmappedBytes() - update_loop_bytes;
+  std::printf("  %-18s %6.1f  (assembler, identity cache, peers, etcd links)\n", "pipeline",
+              pipeline_bytes / 1048576.0);
+  before = HeapAndMmappedBytes();
+  exporter.reset();
+  std::printf("  %-18s %6.1f  (series of 500 clients + other)\n", "exporter",
+              (before - HeapAndMmappedBytes()) / 1048576.0);
+  std::printf("  %-18s %6.1f  (in all)\n", "total", (heap_full - heap_at_start) / 1048576.0);
 }
 
 // Distinct `client` values per family with a client label (storm gauges excluded: never folded).
@@ -280,44 +401,11 @@ int Run() {
   size_t worst_clients = 0;
   std::string worst_family;
   std::set<std::string> clients_with_requests;
-  const int64_t t0 = 1000 * kSec;
-  int64_t next_tick = t0 + kSec, next_compact = t0 + 60 * kSec;
-  uint32_t stream = 1;
-  size_t synthesized = 0;
-  for (size_t i = 0; i < kRequests; ++i) {
-    int64_t ts = t0 + static_cast<int64_t>(i) * kSec / kRequestsPerSecond;
-    while (ts >= next_tick) {
-      pipeline.Tick(next_tick);
-      next_tick += kSec;
-    }
-    if (ts >= next_compact) {
-      exporter.Compact(ts);
-      next_compact += 60 * kSec;
-    }
-
-    // Every 100th request is a runaway loop on one object (10 writes/s): storms fire too.
-    bool runaway = i % 100 == 99;
-    size_t identity = runaway    ? kIdentities + kHeavyClients
-                      : i % 5 == 0 ? kIdentities + (i / 5) % kHeavyClients
-                                   : (i * 48271) % kIdentities;
-    Request r = runaway ? Request{"PUT", "/apis/batch.company.com/v1/namespaces/etl/datajobs/loop"}
-                        : Synthesize(synthesized++);
-    std::string token = ServiceAccountToken("ns-" + std::to_string(identity % 1000),
-                                            "sa-" + std::to_string(identity));
-    uint64_t conn = 0xc000000000 + identity;  // one connection per client
-    pipeline.OnEvent(RequestEvent(conn, stream, ts,
-                                  {{":method", r.method},
-                                   {":scheme", "https"},
-                                   {":path", r.path},
-                                   {"authorization", "Bearer " + token},
-                                   {"user-agent", "bench-client/v1.0"}}));
-    pipeline.OnEvent(ResponseEvent(conn, stream, ts + 2'000'000, r.status, r.bytes));
-    stream += 2;
-
-    if (!marks.contains(i + 1)) continue;
+  FeedWorkload(pipeline, exporter, [](int64_t) {}, [&](size_t done) {
+    if (!marks.contains(done)) return;
     int64_t rss = ResidentBytes();
-    if (i + 1 == 100'000) rss_at_100k = rss;
-    if (i + 1 == 1'000'000) rss_at_1m = rss;
+    if (done == 100'000) rss_at_100k = rss;
+    if (done == 1'000'000) rss_at_1m = rss;
     size_t series = 0;
     auto clients = ClientsPerFamily(
         prometheus::TextSerializer().Serialize(exporter.registry()->Collect()), &series);
@@ -330,10 +418,10 @@ int Run() {
         worst_family = family;
       }
     }
-    std::printf("%10zu %10.1f %10.1f %10zu %8zu%s\n", i + 1, rss / 1048576.0,
+    std::printf("%10zu %10.1f %10.1f %10zu %8zu%s\n", done, rss / 1048576.0,
                 HeapInUseBytes() / 1048576.0, series, transitions, per_family.c_str());
     std::fflush(stdout);
-  }
+  });
 
   int64_t rss_at_end = ResidentBytes();
   int64_t growth = rss_at_end - rss_at_100k, late_growth = rss_at_end - rss_at_1m;
@@ -358,6 +446,7 @@ int Run() {
   std::printf("heavy clients with their own series: %zu of %zu\n", heavy_named,
               kHeavyClients + 1);
   PrintStateCost();  // after the RSS figures: its freed heap would count in them
+  PrintHeapByComponent();
   int failures = 0;
   if (heavy_named != kHeavyClients + 1) {
     std::printf("FAIL: heavy clients are folded into other\n");
