@@ -37,6 +37,7 @@ BUILD_PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev       # Alertmanager push
   libssl-dev                 # client certificates' subjects (CN, O) from DER
+  libsodium-dev              # SipHash-2-4 (keyed names of tokens, record keys) and base64url (JWTs)
   libabsl-dev                # flat hash maps for the per-request state (detectors, metric children)
 )
 # Real components the tests and the demo run against.

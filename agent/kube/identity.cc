@@ -1,6 +1,6 @@
 #include "agent/kube/identity.h"
-#include "agent/kube/user_agent.h"
 
+#include <sodium.h>
 #include <string.h>  // explicit_bzero
 
 #include <array>
@@ -10,6 +10,8 @@
 #include <optional>
 #include <random>
 #include <vector>
+
+#include "agent/kube/user_agent.h"
 
 namespace stormwatch {
 namespace {
@@ -319,50 +321,18 @@ Identity FromAuthorization(std::string_view authorization) {
 }  // namespace
 
 uint64_t SipHash24(uint64_t k0, uint64_t k1, std::string_view data) {
-  auto rotl = [](uint64_t x, int b) { return (x << b) | (x >> (64 - b)); };
-  uint64_t v0 = k0 ^ 0x736f6d6570736575ULL;
-  uint64_t v1 = k1 ^ 0x646f72616e646f6dULL;
-  uint64_t v2 = k0 ^ 0x6c7967656e657261ULL;
-  uint64_t v3 = k1 ^ 0x7465646279746573ULL;
-  auto round = [&] {
-    v0 += v1;
-    v1 = rotl(v1, 13);
-    v1 ^= v0;
-    v0 = rotl(v0, 32);
-    v2 += v3;
-    v3 = rotl(v3, 16);
-    v3 ^= v2;
-    v0 += v3;
-    v3 = rotl(v3, 21);
-    v3 ^= v0;
-    v2 += v1;
-    v1 = rotl(v1, 17);
-    v1 ^= v2;
-    v2 = rotl(v2, 32);
-  };
-  auto load_le = [](const unsigned char* p, size_t n) {
-    uint64_t m = 0;
-    for (size_t i = 0; i < n; ++i) m |= static_cast<uint64_t>(p[i]) << (8 * i);
-    return m;
-  };
-  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
-  size_t len = data.size();
-  size_t full = len - len % 8;
-  for (size_t i = 0; i < full; i += 8) {
-    uint64_t m = load_le(p + i, 8);
-    v3 ^= m;
-    round();
-    round();
-    v0 ^= m;
+  // libsodium's crypto_shorthash_siphash24 is SipHash-2-4; the key and the result are
+  // little-endian byte strings, as in the reference code.
+  unsigned char key[crypto_shorthash_siphash24_KEYBYTES];
+  for (int i = 0; i < 8; ++i) {
+    key[i] = static_cast<unsigned char>(k0 >> (8 * i));
+    key[8 + i] = static_cast<unsigned char>(k1 >> (8 * i));
   }
-  uint64_t b = (static_cast<uint64_t>(len) << 56) | load_le(p + full, len - full);
-  v3 ^= b;
-  round();
-  round();
-  v0 ^= b;
-  v2 ^= 0xff;
-  for (int i = 0; i < 4; ++i) round();
-  return v0 ^ v1 ^ v2 ^ v3;
+  unsigned char out[crypto_shorthash_siphash24_BYTES];
+  crypto_shorthash_siphash24(out, reinterpret_cast<const unsigned char*>(data.data()), data.size(), key);
+  uint64_t h = 0;
+  for (int i = 0; i < 8; ++i) h |= static_cast<uint64_t>(out[i]) << (8 * i);
+  return h;
 }
 
 uint64_t KeyedHash(std::string_view data) {
@@ -372,34 +342,20 @@ uint64_t KeyedHash(std::string_view data) {
 
 bool Base64UrlDecode(std::string_view in, std::string& out) {
   out.clear();
+  // JWT segments are unpadded; tolerate padding as Go's decoders used by the apiserver do.
   while (!in.empty() && in.back() == '=') in.remove_suffix(1);
   if (in.size() % 4 == 1) return false;  // no whole byte in a lone sextet
-  out.reserve(in.size() * 3 / 4);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    int v;
-    if (c >= 'A' && c <= 'Z')
-      v = c - 'A';
-    else if (c >= 'a' && c <= 'z')
-      v = c - 'a' + 26;
-    else if (c >= '0' && c <= '9')
-      v = c - '0' + 52;
-    else if (c == '-')
-      v = 62;
-    else if (c == '_')
-      v = 63;
-    else {
-      Wipe(out);
-      return false;
-    }
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xff));
-    }
+  out.resize(in.size() * 3 / 4 + 1);
+  size_t decoded = 0;
+  const char* end = nullptr;
+  int rc = sodium_base642bin(reinterpret_cast<unsigned char*>(out.data()), out.size(), in.data(),
+                             in.size(), /*ignore=*/nullptr, &decoded, &end,
+                             sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+  if (rc != 0 || end != in.data() + in.size()) {
+    Wipe(out);  // a partly decoded token payload is still a secret
+    return false;
   }
+  out.resize(decoded);
   return true;
 }
 

@@ -280,6 +280,24 @@ TEST(IdentityTest, Base64Url) {
   }
 }
 
+// RFC 4648 section 10's vectors, in the URL-safe alphabet without padding (as JWTs carry them),
+// both ways: the test's encoder and the agent's decoder.
+TEST(IdentityTest, Base64UrlReferenceVectors) {
+  const std::pair<std::string, std::string> vectors[] = {
+      {"", ""},         {"f", "Zg"},        {"fo", "Zm8"},         {"foo", "Zm9v"},
+      {"foob", "Zm9vYg"}, {"fooba", "Zm9vYmE"}, {"foobar", "Zm9vYmFy"}, {"\xfb\xff", "-_8"}};
+  for (const auto& [plain, encoded] : vectors) {
+    EXPECT_EQ(Base64UrlEncode(plain), encoded);
+    std::string out;
+    EXPECT_TRUE(Base64UrlDecode(encoded, out)) << encoded;
+    EXPECT_EQ(out, plain);
+  }
+  std::string out;
+  EXPECT_FALSE(Base64UrlDecode("Zm9v/w", out));  // the standard alphabet's '/' is not URL-safe
+  EXPECT_FALSE(Base64UrlDecode("Zm 9v", out));
+  EXPECT_TRUE(out.empty());
+}
+
 TEST(IdentityTest, SipHashReferenceVectors) {
   // From the SipHash paper's reference implementation (vectors.h): key 00..0f, input
   // 00..(n-1).
