@@ -376,7 +376,9 @@ void RequestPipeline::Tick(int64_t now_ns) {
                                  {"client", client},
                                  {"group", e.api_group},
                                  {"resource", e.resource},
-                                 {"severity", e.severity}},
+                                 {"severity", e.severity},
+                                 // not "namespace": Prometheus sets that to the scraped pod's
+                                 {"object_namespace", e.namespace_}},
                                 firing);
       if (firing) exporter_->CountStormStarted(e.storm);
       on_transition_(t);
