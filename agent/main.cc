@@ -11,6 +11,7 @@
 #include "agent/agent.h"
 #include "agent/options.h"
 #include "agent/replay.h"
+#include "agent/top/top.h"
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -25,6 +26,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     return stormwatch::RunReplay(*replay);
+  }
+  if (argc > 1 && std::string_view(argv[1]) == "top") {
+    auto top = stormwatch::top::ParseTopOptions(argc, argv);
+    if (!top) {
+      std::fprintf(stderr, "stormwatch top: %s\n", top.error().c_str());
+      return 2;
+    }
+    return stormwatch::top::RunTop(*top);
   }
   auto options = stormwatch::ParseAgentOptions(argc, argv);
   if (!options) {

@@ -213,6 +213,7 @@ Runaway UPDATE loop detector (STORMS.md section 1):
 
 Alerts are written to stdout as one JSON line per transition; logs go to stderr.
 `stormwatch replay --help` for replaying a capture file.
+`stormwatch top URL...` for a live view of the busiest clients (`stormwatch top --help`).
 )";
 }
 
