@@ -176,6 +176,7 @@ int RunInteractive(std::vector<AgentTracker>& agents, const std::vector<std::str
   }
   cbreak();
   noecho();
+  set_escdelay(25);  // Esc ends the filter at once (no escape sequence starts that slowly)
   keypad(stdscr, TRUE);
   curs_set(0);
   timeout(100);  // getch waits at most 100 ms: keys feel immediate, fetches stay on time
