@@ -4,6 +4,8 @@
 // sort column, the filter, the text rows and the JSON.
 #include "agent/top/top_model.h"
 
+#include "agent/top/top.h"
+
 #include <gtest/gtest.h>
 
 namespace stormwatch::top {
@@ -238,6 +240,32 @@ TEST(TopModel, Urls) {
   EXPECT_EQ(FormatRate(15300), "15.3k");
   EXPECT_EQ(FormatBytes(1000), "1000 B");
   EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
+}
+
+Result<TopOptions> Parse(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return ParseTopOptions(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(TopOptions, Parses) {
+  auto o = Parse({"stormwatch", "top", "--once", "--json", "--sort", "conflicts", "--filter", "op",
+                  "--interval", "2.5", "http://a:9849", "b:9849"});
+  ASSERT_TRUE(o) << o.error();
+  EXPECT_TRUE(o->once);
+  EXPECT_TRUE(o->json);
+  EXPECT_EQ(o->sort, SortKey::kConflicts);
+  EXPECT_EQ(o->filter, "op");
+  EXPECT_DOUBLE_EQ(o->interval_s, 2.5);
+  EXPECT_EQ(o->urls, (std::vector<std::string>{"http://a:9849", "b:9849"}));
+  EXPECT_EQ(Parse({"stormwatch", "top"}).error(),
+            "at least one agent URL is needed (e.g. http://127.0.0.1:9849)");
+  EXPECT_EQ(Parse({"stormwatch", "top", "--json", "u"}).error(), "--json needs --once");
+  EXPECT_EQ(Parse({"stormwatch", "top", "--sort", "bytes", "u"}).error(), "--sort: unknown column bytes");
+  EXPECT_EQ(Parse({"stormwatch", "top", "--interval", "0", "u"}).error(),
+            "--interval: not a positive number: 0");
+  EXPECT_EQ(Parse({"stormwatch", "top", "--bogus", "u"}).error(), "unknown flag --bogus");
+  EXPECT_TRUE(Parse({"stormwatch", "top", "--help"})->show_help);
 }
 
 }  // namespace
