@@ -83,6 +83,11 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   }
 
   int64_t clock_offset = RealtimeMinusMonotonicNs();
+  std::string node_name = [] {
+    char host[256] = "";
+    gethostname(host, sizeof(host) - 1);
+    return std::string(host);
+  }();
 
   // APF UIDs -> names: static names from the config, the cluster's objects when reachable.
   ApfNames apf_names;
@@ -221,6 +226,12 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     exporter->SetCaptureLoss("client_cert_unreadable", cert_identities.read_errors());
     exporter->SetCaptureLoss("connection_address_unreadable", http1_ends.read_errors());
     if (health) health->SetDebugClients(pipeline.ClientsSnapshot(now).dump());
+    if (health) {
+      nlohmann::json top = pipeline.TopSnapshot(now);
+      top["node"] = node_name;
+      top["time"] = (now + clock_offset) / 1e9;  // wall clock, Unix seconds
+      health->SetDebugTop(top.dump());
+    }
     if (alertmanager) {
       exporter->SetAlertmanagerStats(alertmanager->sent(), alertmanager->failed(),
                                      alertmanager->dropped());

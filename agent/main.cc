@@ -12,6 +12,7 @@
 #include "agent/config/config_file.h"
 #include "agent/options.h"
 #include "agent/replay.h"
+#include "agent/top/top.h"
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -30,6 +31,14 @@ int main(int argc, char** argv) {
   if (argc == 2 && std::string_view(argv[1]) == "config-schema") {
     std::fputs(stormwatch::ConfigJsonSchema().c_str(), stdout);
     return 0;
+  }
+  if (argc > 1 && std::string_view(argv[1]) == "top") {
+    auto top = stormwatch::top::ParseTopOptions(argc, argv);
+    if (!top) {
+      std::fprintf(stderr, "stormwatch top: %s\n", top.error().c_str());
+      return 2;
+    }
+    return stormwatch::top::RunTop(*top);
   }
   auto options = stormwatch::ParseAgentOptions(argc, argv);
   if (!options) {

@@ -214,6 +214,7 @@ Runaway UPDATE loop detector (docs/storms.md):
 Alerts are written to stdout as one JSON line per transition; logs go to stderr.
 `stormwatch replay --help` for replaying a capture file; `stormwatch config-schema` prints
 the JSON Schema of the configuration file.
+`stormwatch top URL...` for a live view of the busiest clients (`stormwatch top --help`).
 )";
 }
 

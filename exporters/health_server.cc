@@ -39,6 +39,7 @@ Result<std::unique_ptr<HealthServer>> HealthServer::Start(const std::string& add
   mg_set_request_handler(s->ctx_, "/healthz", &HealthServer::HandleHealthz, s.get());
   mg_set_request_handler(s->ctx_, "/readyz", &HealthServer::HandleReadyz, s.get());
   mg_set_request_handler(s->ctx_, "/debug/clients", &HealthServer::HandleDebugClients, s.get());
+  mg_set_request_handler(s->ctx_, "/debug/top", &HealthServer::HandleDebugTop, s.get());
   return s;
 }
 
@@ -72,6 +73,16 @@ int HealthServer::HandleDebugClients(mg_connection* conn, void* self) {
   {
     std::lock_guard lock(s->debug_clients_mutex_);
     body = s->debug_clients_;
+  }
+  return Reply(conn, 200, body + "\n", "application/json");
+}
+
+int HealthServer::HandleDebugTop(mg_connection* conn, void* self) {
+  auto* s = static_cast<HealthServer*>(self);
+  std::string body;
+  {
+    std::lock_guard lock(s->debug_clients_mutex_);
+    body = s->debug_top_;
   }
   return Reply(conn, 200, body + "\n", "application/json");
 }

@@ -1,6 +1,7 @@
 // /healthz and /readyz for Kubernetes probes, on their own port (--health-address): the metrics
 // endpoint cannot answer 503. /debug/clients answers "who is calling, from where" as JSON: the
-// busiest clients and the peer IPs they connect from (no labels on metrics could hold that).
+// busiest clients and the peer IPs they connect from (no labels on metrics could hold that);
+// /debug/top their request, LIST, 409 and 429 counters, APF level and storms (`stormwatch top`).
 // Liveness means the agent's main loop is still turning. Readiness means BPF is loaded, the
 // first target scan is done and every target found is attached: a target refused (a binary the
 // agent cannot read or probe) makes /readyz fail with the reason, so a rollout onto a control
@@ -41,12 +42,18 @@ class HealthServer {
     std::lock_guard lock(debug_clients_mutex_);
     debug_clients_ = std::move(json);
   }
+  // Replaces the JSON document /debug/top serves (`stormwatch top`; published every second).
+  void SetDebugTop(std::string json) {
+    std::lock_guard lock(debug_clients_mutex_);
+    debug_top_ = std::move(json);
+  }
 
  private:
   HealthServer() = default;
   static int HandleHealthz(mg_connection* conn, void* self);
   static int HandleReadyz(mg_connection* conn, void* self);
   static int HandleDebugClients(mg_connection* conn, void* self);
+  static int HandleDebugTop(mg_connection* conn, void* self);
 
   mg_context* ctx_ = nullptr;
   int64_t stall_limit_ns_ = 0;
@@ -54,6 +61,7 @@ class HealthServer {
   std::atomic<bool> ready_{false};
   std::mutex debug_clients_mutex_;
   std::string debug_clients_ = "[]";
+  std::string debug_top_ = "{}";
   std::string why_not_ready_ = "starting";
 };
 

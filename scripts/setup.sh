@@ -39,6 +39,7 @@ BUILD_PKGS=(
   libssl-dev                 # client certificates' subjects (CN, O) from DER
   libsodium-dev              # SipHash-2-4 (keyed names of tokens, record keys) and base64url (JWTs)
   libabsl-dev                # flat hash maps for the per-request state (detectors, metric children)
+  libncurses-dev             # `stormwatch top`: the live terminal view (keys, resize)
 )
 # Real components the tests and the demo run against.
 TEST_PKGS=(
@@ -49,6 +50,7 @@ TEST_PKGS=(
   golang-1.21-go golang-1.22-go golang-1.23-go
   golang-k8s-sigs-yaml-dev   # test API server: YAML bodies and apply patches (also an etcd-dev dep)
   nghttp2-client curl        # h2load, real HTTP/2 clients
+  tmux                       # e2e_top: runs `stormwatch top` in a real terminal, reads the screen
   python3-kubernetes         # the real Python client (HTTP/1.1; its LIST loop in the list_storm tests)
   openssl jq procps iproute2 binutils
   prometheus prometheus-alertmanager

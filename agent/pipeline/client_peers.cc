@@ -11,7 +11,7 @@ uint64_t ClientPeers::KeyOf(const std::string& client) { return HashFields({clie
 
 void ClientPeers::Observe(uint64_t client_key, const std::string& client,
                           const std::string& peer_address, const std::string& local_address,
-                          int64_t now_ns) {
+                          int64_t now_ns, const ClientRequestFacts& facts) {
   Client& c = clients_.FindOrInsert(
       client_key,
       [&] {
@@ -21,7 +21,18 @@ void ClientPeers::Observe(uint64_t client_key, const std::string& client,
       },
       [](uint64_t, const Client&) {});
   ++c.requests;
+  ++total_requests_;
   c.last_ns = now_ns;
+  if (facts.list) {
+    ++c.lists;
+    c.list_bytes += facts.response_bytes;
+  }
+  if (facts.status == 409) ++c.conflicts;
+  if (facts.status == 429) ++c.throttled;
+  if (facts.priority_level && !facts.priority_level->empty() &&
+      c.priority_level != *facts.priority_level) {
+    c.priority_level = *facts.priority_level;
+  }
   if (peer_address.empty()) return;
   const std::string_view ip = EndpointHostView(peer_address);
   auto it = std::find_if(c.peers.begin(), c.peers.end(), [&](const Peer& p) { return p.ip == ip; });
@@ -75,6 +86,33 @@ nlohmann::json ClientPeers::Snapshot(int64_t now_ns, size_t limit) const {
                    {"seconds_since_last", std::max<int64_t>(0, now_ns - c.last_ns) / 1e9},
                    {"peers", PeersJson(c, kPeersPerClient)}});
   }
+  return out;
+}
+
+nlohmann::json ClientPeers::TopSnapshot(int64_t now_ns, size_t limit, int64_t active_ns) {
+  std::vector<Client*> active;
+  for (auto& [key, c] : clients_) {
+    if (now_ns - c.last_ns <= active_ns) active.push_back(&c);
+  }
+  std::sort(active.begin(), active.end(), [](const Client* a, const Client* b) {
+    const uint64_t ra = a->requests - a->requests_at_top, rb = b->requests - b->requests_at_top;
+    if (ra != rb) return ra > rb;
+    if (a->requests != b->requests) return a->requests > b->requests;
+    return a->name < b->name;
+  });
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < active.size() && i < limit; ++i) {
+    const Client& c = *active[i];
+    out.push_back({{"client", c.name},
+                   {"requests", c.requests},
+                   {"lists", c.lists},
+                   {"list_bytes", c.list_bytes},
+                   {"conflicts", c.conflicts},
+                   {"throttled", c.throttled},
+                   {"priority_level", c.priority_level},
+                   {"seconds_since_last", std::max<int64_t>(0, now_ns - c.last_ns) / 1e9}});
+  }
+  for (auto& [key, c] : clients_) c.requests_at_top = c.requests;
   return out;
 }
 

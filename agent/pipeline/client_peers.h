@@ -15,6 +15,16 @@
 
 namespace stormwatch {
 
+// What `stormwatch top` shows of a request, counted per client where ClientPeers already
+// finds the client (no lookup of its own on the per-request path).
+struct ClientRequestFacts {
+  bool list = false;            // verb LIST
+  uint64_t response_bytes = 0;  // counted for LISTs
+  int status = 0;               // 409 and 429 counted
+  // The APF priority level the request was served at (name, or UID when unnamed); "" = none.
+  const std::string* priority_level = nullptr;
+};
+
 class ClientPeers {
  public:
   static constexpr size_t kPeersPerClient = 8;
@@ -29,7 +39,8 @@ class ClientPeers {
   }
   // The same with the client's key (KeyOf(client)) already known: the per-request path.
   void Observe(uint64_t client_key, const std::string& client, const std::string& peer_address,
-               const std::string& local_address, int64_t now_ns);
+               const std::string& local_address, int64_t now_ns,
+               const ClientRequestFacts& facts = {});
   static uint64_t KeyOf(const std::string& client);
 
   // The client's peers, most requests first, at most `limit`:
@@ -40,6 +51,16 @@ class ClientPeers {
   // The `limit` clients with the most requests, for /debug/clients: [{"client", "requests",
   // "seconds_since_last", "peers": TopPeers}].
   nlohmann::json Snapshot(int64_t now_ns, size_t limit = 100) const;
+
+  // For /debug/top (`stormwatch top`): cumulative counters of the clients seen in the last
+  // `active_ns`, the busiest since the previous call first, at most `limit`:
+  // [{"client", "requests", "lists", "list_bytes", "conflicts", "throttled", "priority_level",
+  //   "seconds_since_last"}]. Counters only grow while the client is tracked (an evicted client
+  // starts again at 0): rates are their deltas, computed by the reader. Called once a second.
+  nlohmann::json TopSnapshot(int64_t now_ns, size_t limit = 500,
+                             int64_t active_ns = 30'000'000'000);
+  // Requests of every client ever observed (cumulative, evicted ones included).
+  uint64_t total_requests() const { return total_requests_; }
 
   uint64_t evictions() const { return clients_.evictions(); }
 
@@ -55,10 +76,15 @@ class ClientPeers {
     uint64_t requests = 0;
     int64_t last_ns = 0;
     std::vector<Peer> peers;  // <= kPeersPerClient
+    // For TopSnapshot.
+    uint64_t lists = 0, list_bytes = 0, conflicts = 0, throttled = 0;
+    std::string priority_level;     // the latest request's that had one
+    uint64_t requests_at_top = 0;   // `requests` at the previous TopSnapshot
   };
   static nlohmann::json PeersJson(const Client& c, size_t limit);
 
   BoundedLru<uint64_t, Client> clients_;  // by KeyOf(name)
+  uint64_t total_requests_ = 0;
 };
 
 }  // namespace stormwatch

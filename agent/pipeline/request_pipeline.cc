@@ -315,12 +315,20 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   const std::string& client = ClientLabel(r.identity);
   // KeyOf(client): the user's key, or that of "unknown".
   static const uint64_t kUnknownKey = ClientPeers::KeyOf(ClientLabel(Identity{}));
+  const bool list = r.info.verb == "list";
+  const std::string& priority_level = r.response.priority_level.empty()
+                                          ? r.response.priority_level_uid
+                                          : r.response.priority_level;
   peers_.Observe(r.identity.user.empty() ? kUnknownKey : r.keys.user, client, r.peer_address,
-                 r.local_address, static_cast<int64_t>(r.end_ns));
+                 r.local_address, static_cast<int64_t>(r.end_ns),
+                 ClientRequestFacts{.list = list,
+                                    .response_bytes = r.response_bytes,
+                                    .status = r.status,
+                                    .priority_level = &priority_level});
   exporter_->CountRequest(RequestLabels{client, m.verb, m.group, m.version, m.resource,
                                         m.subresource, m.scope, std::to_string(r.status)},
                           r.response_bytes);
-  if (r.info.verb == "list") {
+  if (list) {
     exporter_->CountList(client, m.group, m.resource, m.scope,
                          ConsistencyName(r.shape.consistency), r.shape.paginated);
   }
@@ -339,6 +347,24 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
     exporter_->ObserveDuration(m.verb, m.group, m.resource, (r.end_ns - r.start_ns) / 1e9);
   }
   for (auto& d : detectors_) d->Observe(r, static_cast<int64_t>(r.end_ns));
+}
+
+nlohmann::json RequestPipeline::TopSnapshot(int64_t now_ns) {
+  nlohmann::json clients = peers_.TopSnapshot(now_ns);
+  for (nlohmann::json& c : clients) {
+    nlohmann::json storms = nlohmann::json::array();
+    if (auto it = active_storms_.find(c["client"].get<std::string>()); it != active_storms_.end()) {
+      for (const std::string& s : it->second) storms.push_back(s);
+    }
+    c["storms"] = std::move(storms);
+  }
+  // Storms of clients not in the list (quiet now, or beyond its limit) are still shown.
+  nlohmann::json storms = nlohmann::json::object();
+  for (const auto& [client, set] : active_storms_) storms[client] = set;
+  return {{"monotonic_s", now_ns / 1e9},
+          {"requests", peers_.total_requests()},
+          {"clients", std::move(clients)},
+          {"active_storms", std::move(storms)}};
 }
 
 void RequestPipeline::PublishDetectorState(int64_t now_ns) {
@@ -381,6 +407,17 @@ void RequestPipeline::Tick(int64_t now_ns) {
                                  {"object_namespace", e.namespace_}},
                                 firing);
       if (firing) exporter_->CountStormStarted(e.storm);
+      // For /debug/top: the storms active per client (detectors bound how many fire).
+      const std::string storm = e.resource.empty()
+                                    ? e.storm
+                                    : e.storm + " " + (e.api_group.empty() ? e.resource
+                                                                           : e.resource + "." + e.api_group);
+      if (firing) {
+        active_storms_[client].insert(storm);
+      } else if (auto it = active_storms_.find(client); it != active_storms_.end()) {
+        it->second.erase(storm);
+        if (it->second.empty()) active_storms_.erase(it);
+      }
       on_transition_(t);
     }
   }

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -127,6 +129,10 @@ class RequestPipeline {
   const std::vector<std::unique_ptr<StormDetector>>& detectors() const { return detectors_; }
   // The busiest clients with the peer IPs they connect from (/debug/clients).
   nlohmann::json ClientsSnapshot(int64_t now_ns) const { return peers_.Snapshot(now_ns); }
+  // For /debug/top (`stormwatch top`), once a second: {"monotonic_s": the snapshot's time,
+  // "requests": every client's requests so far, "clients": ClientPeers::TopSnapshot's, each
+  // with "storms": ["list_storm configmaps", ...] (active), "active_storms": {client: [...]}}.
+  nlohmann::json TopSnapshot(int64_t now_ns);
 
  private:
   void OnRequest(RequestRecord& r);
@@ -165,6 +171,8 @@ class RequestPipeline {
   Recorder recorder_;
   PipelineStats stats_;
   std::unordered_map<uint32_t, TargetRole> roles_;  // by process; unknown = apiserver
+  // Firing storms per client label ("storm resource.group"), from the transitions.
+  std::map<std::string, std::set<std::string>> active_storms_;
 };
 
 }  // namespace stormwatch

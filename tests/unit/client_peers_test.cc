@@ -57,5 +57,47 @@ TEST(ClientPeers, ClientsAreBoundedLeastRecentFirst) {
   EXPECT_EQ(peers.TopPeers("sa:4").size(), 1u);
 }
 
+TEST(ClientPeers, TopSnapshotCountsListsConflictsThrottlesAndApfPerClient) {
+  ClientPeers peers;
+  const std::string workload_low = "workload-low", exempt = "exempt", none;
+  const uint64_t a = ClientPeers::KeyOf("sa:a"), b = ClientPeers::KeyOf("sa:b"),
+                 c = ClientPeers::KeyOf("sa:c");
+  // sa:a: 3 LISTs of 1000 bytes, 2 GETs; then a 409 and two 429s at workload-low.
+  for (int i = 0; i < 3; ++i) {
+    peers.Observe(a, "sa:a", "10.0.0.1:1", "", 1 * kSec,
+                  {.list = true, .response_bytes = 1000, .status = 200, .priority_level = &exempt});
+  }
+  for (int i = 0; i < 2; ++i) peers.Observe(a, "sa:a", "", "", 1 * kSec, {.response_bytes = 7, .status = 200});
+  peers.Observe(a, "sa:a", "", "", 2 * kSec, {.status = 409, .priority_level = &workload_low});
+  for (int i = 0; i < 2; ++i) peers.Observe(a, "sa:a", "", "", 2 * kSec, {.status = 429, .priority_level = &none});
+  // sa:b: 10 GETs long ago (quiet now); sa:c: 4 GETs.
+  for (int i = 0; i < 10; ++i) peers.Observe(b, "sa:b", "", "", 0, {.status = 200});
+  for (int i = 0; i < 4; ++i) peers.Observe(c, "sa:c", "", "", 40 * kSec, {.status = 200});
+  EXPECT_EQ(peers.total_requests(), 22u);
+
+  // At 41 s, seen in the last 30 s: only sa:c (sa:a's last request was at 2 s, sa:b's at 0).
+  nlohmann::json top = peers.TopSnapshot(41 * kSec);
+  ASSERT_EQ(top.size(), 1u) << top.dump();
+  EXPECT_EQ(top[0]["client"], "sa:c");
+  // With a window that holds everyone: busiest since the previous call first (sa:c's 4 were
+  // before it: 0 since), then by requests.
+  peers.Observe(c, "sa:c", "", "", 41 * kSec, {.status = 200});
+  top = peers.TopSnapshot(42 * kSec, 100, 100 * kSec);
+  ASSERT_EQ(top.size(), 3u) << top.dump();
+  EXPECT_EQ(top[0]["client"], "sa:c");  // 1 request since the previous snapshot
+  EXPECT_EQ(top[0]["requests"], 5);
+  EXPECT_EQ(top[1], nlohmann::json::parse(R"({"client": "sa:b", "requests": 10, "lists": 0,
+      "list_bytes": 0, "conflicts": 0, "throttled": 0, "priority_level": "",
+      "seconds_since_last": 42.0})"));
+  // The latest named level is kept (a 429 without one does not erase it).
+  EXPECT_EQ(top[2], nlohmann::json::parse(R"({"client": "sa:a", "requests": 8, "lists": 3,
+      "list_bytes": 3000, "conflicts": 1, "throttled": 2, "priority_level": "workload-low",
+      "seconds_since_last": 40.0})"));
+  // The limit keeps the busiest.
+  top = peers.TopSnapshot(42 * kSec, 1, 100 * kSec);
+  ASSERT_EQ(top.size(), 1u);
+  EXPECT_EQ(top[0]["client"], "sa:b");
+}
+
 }  // namespace
 }  // namespace stormwatch

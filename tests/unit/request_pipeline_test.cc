@@ -167,6 +167,23 @@ TEST_F(PipelineTest, CountsWithApiserverLabelsAndNamesTheLoop) {
   EXPECT_EQ(clients[1]["peers"][0]["last_peer"], "192.168.5.1:55000");
   EXPECT_EQ(clients[1]["requests"], 10);
   EXPECT_NE(m.find(R"(stormwatch_storm_active{client="system:serviceaccount:datajobs-system:datajob-operator",group="batch.company.com",object_namespace="etl",resource="datajobs",severity="warning",storm="update_loop"} 1)"), std::string::npos) << m;
+  // /debug/top: the same clients' cumulative counters, their storms, every client's total.
+  nlohmann::json top = pipeline_.TopSnapshot(t0 + 6 * kSec);
+  EXPECT_DOUBLE_EQ(top["monotonic_s"].get<double>(), 106.0);
+  EXPECT_EQ(top["requests"], 2010);
+  ASSERT_EQ(top["clients"].size(), 2u) << top.dump();
+  nlohmann::json op = top["clients"][0], person = top["clients"][1];
+  op.erase("seconds_since_last");
+  person.erase("seconds_since_last");
+  EXPECT_EQ(op, nlohmann::json::parse(R"({"client": "system:serviceaccount:datajobs-system:datajob-operator",
+      "requests": 2000, "lists": 0, "list_bytes": 0, "conflicts": 100, "throttled": 0,
+      "priority_level": "", "storms": ["update_loop datajobs.batch.company.com"]})"));
+  // 10 LISTs of 512 bytes each.
+  EXPECT_EQ(person, nlohmann::json::parse(R"({"client": "system:serviceaccount:default:ops-engineer",
+      "requests": 10, "lists": 10, "list_bytes": 5120, "conflicts": 0, "throttled": 0,
+      "priority_level": "", "storms": []})"));
+  EXPECT_EQ(top["active_storms"], nlohmann::json::parse(R"({
+      "system:serviceaccount:datajobs-system:datajob-operator": ["update_loop datajobs.batch.company.com"]})"));
 
   // The alert line carries identity, evidence and fix, and no credential.
   auto doc = nlohmann::json::parse(FormatAlertJson(t, 0));
