@@ -1,4 +1,5 @@
 #include "agent/config/config_file.h"
+#include "agent/log_format.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -313,7 +314,10 @@ Schema BuildSchema() {
            [](std::string_view a) { return AddressProblem(a); });
   s.String("health_address", [](auto& o) -> auto& { return o.health_address; },
            [](std::string_view a) { return a.empty() ? std::string() : AddressProblem(a); });
+  s.String("debug_address", [](auto& o) -> auto& { return o.debug_address; },
+           [](std::string_view a) { return a.empty() ? std::string() : AddressProblem(a); });
   s.String("log_level", [](auto& o) -> auto& { return o.log_level; }, LogLevelProblem);
+  s.String("log_format", [](auto& o) -> auto& { return o.log_format; }, LogFormatProblem);
   s.Number<size_t>("capture.ring_buffer_bytes", [](auto& o) -> auto& { return o.ring_buffer_bytes; },
                    Range{4096, double{1u << 30}}, RingBufferBytesProblem);
   s.Number<size_t>("limits.max_clients",
