@@ -16,6 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent import AGENT_BINARY, Agent, free_port, require_bpf_privileges  # noqa: E402
+from cluster import Cluster  # noqa: E402
 
 NO_TARGET = ["--target", "stormwatch-e2e-no-such-target"]
 REFUSAL = ("stormwatch needs Linux >= 5.17 (bpf_loop) with BTF on x86_64; this node has kernel "
@@ -160,6 +161,47 @@ class AgentOps(unittest.TestCase):
         self.assertEqual(proc.returncode, 3, proc.stderr)
         doc = json.loads(proc.stderr)
         self.assertEqual((doc["level"], doc["msg"]), ("critical", REFUSAL))
+
+
+class ExemptClientCounter(unittest.TestCase):
+    """stormwatch_exempt_client_requests_total counts a system:masters client's requests, one by
+    one, as the server served them (it replaced a per-second gauge)."""
+
+    def setUp(self):
+        require_bpf_privileges(self)
+        self.cluster = Cluster().start()
+        self.addCleanup(self.cluster.stop)
+
+    def exempt_counts(self, agent, client):
+        return {l["reason"]: v for n, l, v in agent.metrics()
+                if n == "stormwatch_exempt_client_requests_total" and l["client"] == client}
+
+    def served(self, client):
+        return sum(r["count"] for r in self.cluster.server_counts() if r["client"] == client)
+
+    def test_counts_every_request_of_a_masters_client(self):
+        c = self.cluster
+        agent = Agent(c.tmp, extra_args=["--pid", str(c.apiserver_pid)]).start()
+        self.addCleanup(agent.stop)
+        agent.wait_attached(1)
+        time.sleep(0.5)
+        cert, key = c.client_cert("ci-deployer", ["system:masters"])
+        kubeconfig = c.kubeconfig_cert(cert, key)
+        for rounds in (3, 5):
+            for _ in range(rounds):
+                r = c.kubectl("get", "configmaps", "-A", kubeconfig=kubeconfig)
+                self.assertEqual(r.returncode, 0, r.stderr)
+            want = self.served("ci-deployer")
+            deadline = time.monotonic() + 10
+            while (self.exempt_counts(agent, "ci-deployer").get("system_masters") != want
+                   and time.monotonic() < deadline):
+                time.sleep(0.2)
+            got = self.exempt_counts(agent, "ci-deployer")
+            print("\nafter %d more kubectl runs: served %d, exempt counter %s" % (rounds, want, got),
+                  file=sys.stderr)
+            self.assertEqual(got.get("system_masters"), want)
+            # Served at the exempt level too when the agent knows the level's name: the same count.
+            self.assertIn(got.get("priority_level_exempt", want), (want,))
 
 
 if __name__ == "__main__":
