@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "agent/build_info.h"
 #include "agent/capture/apf_fetcher.h"
 #include "agent/capture/client_cert_reader.h"
 #include "agent/capture/connection_ends.h"
 #include "agent/capture/gohttp_probes.h"
+#include "agent/capture/kernel_check.h"
 #include "agent/capture/target_manager.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "exporters/alert_log.h"
@@ -63,6 +65,13 @@ void PublishTargetChange(PrometheusExporter& exporter, const TargetStatus& t, bo
 }  // namespace
 
 int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
+  // Before any port or BPF object: an unsupported node exits at once with one line (a pod in
+  // CrashLoopBackOff with exit code 3 and this message as its last log line).
+  if (std::string problem = KernelProblem(ThisKernel(options.assume_kernel_release));
+      !problem.empty()) {
+    spdlog::critical("{}", problem);
+    return kExitUnsupportedKernel;
+  }
   std::unique_ptr<PrometheusExporter> exporter;
   try {
     exporter = std::make_unique<PrometheusExporter>(
@@ -71,16 +80,32 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     spdlog::critical("cannot serve metrics on {}: {}", options.metrics_address, e.what());
     return 1;
   }
-  spdlog::info("metrics on http://{}/metrics", options.metrics_address);
-  std::unique_ptr<HealthServer> health;
+  exporter->SetBuildInfo(BuildInfoLabels());
+  spdlog::info("stormwatch {} ({}) metrics on http://{}/metrics", StormwatchVersion(),
+               StormwatchCommit(), options.metrics_address);
+  std::unique_ptr<HealthServer> health, debug_server;
+  // The same address for both: one server with both groups of handlers.
+  bool shared = !options.debug_address.empty() && options.debug_address == options.health_address;
   if (!options.health_address.empty()) {
-    auto started = HealthServer::Start(options.health_address);
+    auto started = HealthServer::Start(
+        options.health_address,
+        HealthServer::kHealthRoutes | (shared ? HealthServer::kDebugRoutes : 0u));
     if (!started) {
       spdlog::critical("{}", started.error());
       return 1;
     }
     health = std::move(*started);
   }
+  if (!options.debug_address.empty() && !shared) {
+    auto started = HealthServer::Start(options.debug_address, HealthServer::kDebugRoutes);
+    if (!started) {
+      spdlog::critical("{}", started.error());
+      return 1;
+    }
+    debug_server = std::move(*started);
+    spdlog::info("/debug/clients on http://{}", options.debug_address);
+  }
+  HealthServer* debug = shared ? health.get() : debug_server.get();
 
   int64_t clock_offset = RealtimeMinusMonotonicNs();
   std::string node_name = [] {
@@ -225,12 +250,12 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     exporter->SetCaptureLoss("event_handler_failed", (*probes)->handler_failures());
     exporter->SetCaptureLoss("client_cert_unreadable", cert_identities.read_errors());
     exporter->SetCaptureLoss("connection_address_unreadable", http1_ends.read_errors());
-    if (health) health->SetDebugClients(pipeline.ClientsSnapshot(now).dump());
-    if (health) {
+    if (debug) {
+      debug->SetDebugClients(pipeline.ClientsSnapshot(now).dump());
       nlohmann::json top = pipeline.TopSnapshot(now);
       top["node"] = node_name;
       top["time"] = (now + clock_offset) / 1e9;  // wall clock, Unix seconds
-      health->SetDebugTop(top.dump());
+      debug->SetDebugTop(top.dump());
     }
     if (alertmanager) {
       exporter->SetAlertmanagerStats(alertmanager->sent(), alertmanager->failed(),

@@ -1,15 +1,15 @@
 // stormwatch: eBPF agent that says who is hammering the Kubernetes API server, how, and what
 // to change. See README.md for the architecture.
 #include <signal.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <cstdio>
 #include <string_view>
 
 #include "agent/agent.h"
+#include "agent/build_info.h"
 #include "agent/config/config_file.h"
+#include "agent/log_format.h"
 #include "agent/options.h"
 #include "agent/replay.h"
 #include "agent/top/top.h"
@@ -50,13 +50,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (options->show_version) {
-    std::puts("stormwatch 0.1.0");
+    std::printf("stormwatch %s\n", stormwatch::StormwatchVersion());
     return 0;
   }
   // Logs go to stderr; stdout carries only alert lines.
-  auto logger = spdlog::stderr_color_mt("stormwatch");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::from_str(options->log_level));
+  stormwatch::ConfigureLogging(options->log_format, options->log_level);
 
   struct sigaction sa = {};
   sa.sa_handler = OnSignal;

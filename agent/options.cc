@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "agent/config/config_file.h"
+#include "agent/log_format.h"
 
 namespace stormwatch {
 namespace {
@@ -15,7 +16,7 @@ enum Flag {
   kPid = 1000, kTarget, kMetricsAddress, kHealthAddress, kRingBufferBytes, kLogLevel,
   kObjectRate, kObjectSustain, kResourceRate, kResourceSustain, kResolve, kHelp, kVersion,
   kConfig, kAlertmanagerUrl, kApiserverUrl, kApiserverTokenFile, kApiserverCaFile,
-  kRecord, kRecordMaxBytes, kRecordFiles,
+  kRecord, kRecordMaxBytes, kRecordFiles, kDebugAddress, kLogFormat, kAssumeKernelRelease,
 };
 
 const option kLongOptions[] = {
@@ -23,6 +24,9 @@ const option kLongOptions[] = {
     {"target", required_argument, nullptr, kTarget},
     {"metrics-address", required_argument, nullptr, kMetricsAddress},
     {"health-address", required_argument, nullptr, kHealthAddress},
+    {"debug-address", required_argument, nullptr, kDebugAddress},
+    {"log-format", required_argument, nullptr, kLogFormat},
+    {"assume-kernel-release", required_argument, nullptr, kAssumeKernelRelease},  // hidden
     {"ring-buffer-bytes", required_argument, nullptr, kRingBufferBytes},
     {"log-level", required_argument, nullptr, kLogLevel},
     {"update-loop-object-rate", required_argument, nullptr, kObjectRate},
@@ -94,6 +98,19 @@ std::string ApplyFlag(int flag, std::string_view arg, AgentOptions& o, bool& tar
         return "--health-address: " + p + ", got '" + std::string(arg) + "'";
       }
       o.health_address = arg;
+      return "";
+    case kDebugAddress:
+      if (std::string p = arg.empty() ? "" : AddressProblem(arg); !p.empty()) {
+        return "--debug-address: " + p + ", got '" + std::string(arg) + "'";
+      }
+      o.debug_address = arg;
+      return "";
+    case kLogFormat:
+      if (std::string p = LogFormatProblem(arg); !p.empty()) return "--log-format: " + p;
+      o.log_format = arg;
+      return "";
+    case kAssumeKernelRelease:
+      o.assume_kernel_release = arg;
       return "";
     case kRingBufferBytes: {
       auto n = ParseNumber<size_t>("ring-buffer-bytes", arg);
@@ -189,7 +206,10 @@ Targets:
 Export:
   --metrics-address ADDR     Prometheus endpoint, host:port (default: 0.0.0.0:9847)
   --health-address ADDR      /healthz and /readyz, host:port; "" to disable (default: 0.0.0.0:9848)
+  --debug-address ADDR       /debug/clients (who calls from where), host:port; "" to disable
+                             (default: 127.0.0.1:9849, this node only)
   --log-level LEVEL          trace, debug, info, warn, error (default: info)
+  --log-format FORMAT        text, or json: one JSON object per line (default: text)
   --alertmanager-url URL     also push alerts to Alertmanager's v2 API, e.g.
                              http://127.0.0.1:9093 (default: none)
 APF names (the agent's own credentials; get/list on flowcontrol objects):

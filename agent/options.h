@@ -18,14 +18,18 @@ namespace stormwatch {
 
 inline constexpr const char* kDefaultMetricsAddress = "0.0.0.0:9847";
 inline constexpr const char* kDefaultHealthAddress = "0.0.0.0:9848";
+// /debug/* answer who calls from where: loopback only unless asked (kubectl port-forward).
+inline constexpr const char* kDefaultDebugAddress = "127.0.0.1:9849";
 
 struct AgentOptions {
   std::vector<std::string> target_names = {"kube-apiserver", "etcd"};
   std::vector<pid_t> pids;
   std::string metrics_address = kDefaultMetricsAddress;
   std::string health_address = kDefaultHealthAddress;  // "" disables it
+  std::string debug_address = kDefaultDebugAddress;    // "" disables it
   size_t ring_buffer_bytes = 16u << 20;
   std::string log_level = "info";
+  std::string log_format = "text";  // or json: one JSON object per line
   DetectorsConfig detectors;
   // Series with a client label keep at most this many clients; the rest fold into
   // client="other".
@@ -40,6 +44,9 @@ struct AgentOptions {
   uint64_t record_max_bytes = 256ull << 20;
   uint32_t record_files = 4;
   std::string config_path;          // --config; "" when none
+  // Hidden --assume-kernel-release: the kernel check reads this release instead of uname's
+  // (tests of the refusal on kernels the machine does not run).
+  std::string assume_kernel_release;
   bool show_help = false;
   bool show_version = false;
 };

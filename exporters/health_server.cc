@@ -27,6 +27,7 @@ int Reply(mg_connection* conn, int status, const std::string& body,
 }  // namespace
 
 Result<std::unique_ptr<HealthServer>> HealthServer::Start(const std::string& address,
+                                                          unsigned routes,
                                                           int64_t stall_limit_ns) {
   std::unique_ptr<HealthServer> s(new HealthServer());
   s->stall_limit_ns_ = stall_limit_ns;
@@ -35,11 +36,18 @@ Result<std::unique_ptr<HealthServer>> HealthServer::Start(const std::string& add
   const char* options[] = {"listening_ports", address.c_str(), "num_threads", "2", nullptr};
   mg_callbacks callbacks{};
   s->ctx_ = mg_start(&callbacks, nullptr, options);
-  if (!s->ctx_) return Error{"cannot serve health checks on " + address};
-  mg_set_request_handler(s->ctx_, "/healthz", &HealthServer::HandleHealthz, s.get());
-  mg_set_request_handler(s->ctx_, "/readyz", &HealthServer::HandleReadyz, s.get());
-  mg_set_request_handler(s->ctx_, "/debug/clients", &HealthServer::HandleDebugClients, s.get());
-  mg_set_request_handler(s->ctx_, "/debug/top", &HealthServer::HandleDebugTop, s.get());
+  if (!s->ctx_) {
+    return Error{std::string("cannot serve ") +
+                 (routes & kHealthRoutes ? "health checks" : "/debug") + " on " + address};
+  }
+  if (routes & kHealthRoutes) {
+    mg_set_request_handler(s->ctx_, "/healthz", &HealthServer::HandleHealthz, s.get());
+    mg_set_request_handler(s->ctx_, "/readyz", &HealthServer::HandleReadyz, s.get());
+  }
+  if (routes & kDebugRoutes) {
+    mg_set_request_handler(s->ctx_, "/debug/clients", &HealthServer::HandleDebugClients, s.get());
+    mg_set_request_handler(s->ctx_, "/debug/top", &HealthServer::HandleDebugTop, s.get());
+  }
   return s;
 }
 

@@ -2,6 +2,9 @@
 // endpoint cannot answer 503. /debug/clients answers "who is calling, from where" as JSON: the
 // busiest clients and the peer IPs they connect from (no labels on metrics could hold that);
 // /debug/top their request, LIST, 409 and 429 counters, APF level and storms (`stormwatch top`).
+// /debug/* is served apart (--debug-address, loopback by default): it names clients and their
+// IPs, and the health port is open to the kubelet (often the whole pod network). One server
+// serves both groups when the two addresses are the same.
 // Liveness means the agent's main loop is still turning. Readiness means BPF is loaded, the
 // first target scan is done and every target found is attached: a target refused (a binary the
 // agent cannot read or probe) makes /readyz fail with the reason, so a rollout onto a control
@@ -24,7 +27,10 @@ namespace stormwatch {
 
 class HealthServer {
  public:
+  // Which handlers a server has.
+  enum Routes : unsigned { kHealthRoutes = 1, kDebugRoutes = 2 };
   static Result<std::unique_ptr<HealthServer>> Start(const std::string& address,
+                                                     unsigned routes = kHealthRoutes,
                                                      int64_t stall_limit_ns = 10'000'000'000);
   ~HealthServer();
   HealthServer(const HealthServer&) = delete;

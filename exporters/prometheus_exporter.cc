@@ -1,5 +1,13 @@
 #include "exporters/prometheus_exporter.h"
 
+#include <civetweb.h>
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "exporters/process_collector.h"
+
 namespace stormwatch {
 
 namespace {
@@ -11,7 +19,7 @@ constexpr const char* kClientFamilyNames[] = {
     "stormwatch_throttled_requests_total", "stormwatch_watches_total",
     "stormwatch_etcd_requests_total", "stormwatch_etcd_range_keys_total",
     "stormwatch_etcd_range_bytes_total", "stormwatch_etcd_stream_messages_total"};
-constexpr char kExemptFamilyName[] = "stormwatch_exempt_client_requests_per_second";
+constexpr char kExemptFamilyName[] = "stormwatch_exempt_client_requests_total";
 
 std::string OrUnknown(const std::string& value) { return value.empty() ? "unknown" : value; }
 
@@ -19,12 +27,42 @@ std::string OrUnknown(const std::string& value) { return value.empty() ? "unknow
 
 PrometheusExporter::PrometheusExporter(const std::string& address, ClientSeriesLimits limits)
     : PrometheusExporter(limits) {
-  exposer_ = std::make_unique<prometheus::Exposer>(address);
-  exposer_->RegisterCollectable(registry_);
+  mg_init_library(0);
+  // Scrapes are rare (every 15-60 s) and one at a time per Prometheus: 2 threads, as Exposer had.
+  const char* options[] = {"listening_ports", address.c_str(), "num_threads", "2", nullptr};
+  mg_callbacks callbacks{};
+  http_ = mg_start(&callbacks, nullptr, options);
+  if (!http_) throw std::runtime_error("cannot listen on " + address);
+  mg_set_request_handler(http_, "/metrics", &PrometheusExporter::HandleMetrics, this);
+}
+
+PrometheusExporter::~PrometheusExporter() {
+  if (http_) mg_stop(http_);  // joins its threads: no scrape runs past this
+}
+
+std::string PrometheusExporter::Scrape() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (auto& f : process_->Collect()) families.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+int PrometheusExporter::HandleMetrics(mg_connection* conn, void* self) {
+  std::string body = static_cast<PrometheusExporter*>(self)->Scrape();
+  mg_printf(conn,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+            "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+            body.size());
+  mg_write(conn, body.data(), body.size());
+  return 200;
+}
+
+void PrometheusExporter::SetBuildInfo(const std::map<std::string, std::string>& labels) {
+  build_info_->Add(labels).Set(1);
 }
 
 PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
     : registry_(std::make_shared<prometheus::Registry>()),
+      process_(std::make_shared<ProcessCollector>()),
       cap_(limits.max_clients, int64_t{limits.idle_s} * 1'000'000'000),
       idle_ns_(int64_t{limits.idle_s} * 1'000'000'000) {
   requests_ = &prometheus::BuildCounter()
@@ -134,11 +172,17 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                       .Name("stormwatch_retry_after_seconds")
                       .Help("Retry-After of 429 responses, by priority level.")
                       .Register(*registry_);
-  exempt_ = &prometheus::BuildGauge()
+  exempt_ = &prometheus::BuildCounter()
                  .Name(kExemptFamilyName)
-                 .Help("Requests per second of clients exempt from API Priority and Fairness, "
-                       "by reason (priority_level_exempt or system_masters).")
+                 .Help("Requests of clients exempt from API Priority and Fairness, by reason "
+                       "(priority_level_exempt or system_masters; a client with both counts in "
+                       "both).")
                  .Register(*registry_);
+  build_info_ = &prometheus::BuildGauge()
+                     .Name("stormwatch_build_info")
+                     .Help("1, labelled with the agent's version, git commit, the libbpf it runs "
+                           "with and the kernel release.")
+                     .Register(*registry_);
   detector_tracked_ = &prometheus::BuildGauge()
                            .Name("stormwatch_detector_tracked_keys")
                            .Help("Keys (clients, resources, objects) a storm detector holds now.")
@@ -238,6 +282,19 @@ void PrometheusExporter::Compact(int64_t now_ns) {
     }
     ++it;
   }
+  // Exempt clients idle for idle_s: their series end (client="other" stays, as elsewhere).
+  for (auto it = exempt_series_.begin(); it != exempt_series_.end();) {
+    if (now_ns - it->second.seen_ns < idle_ns_) {
+      ++it;
+      continue;
+    }
+    if (it->second.own) {
+      exempt_->Remove(it->second.counter);
+      if (--exempt_clients_[it->first.first] == 0) exempt_clients_.erase(it->first.first);
+    }
+    it = exempt_series_.erase(it);
+  }
+  UpdateExemptSeriesGauge();
 }
 
 void PrometheusExporter::CountRequest(const RequestLabels& l, uint64_t response_bytes) {
@@ -327,35 +384,36 @@ void PrometheusExporter::CountWatch(const std::string& client, const std::string
   it->second->Observe(duration_s);
 }
 
-void PrometheusExporter::SetExemptClient(const std::string& client, const std::string& reason,
-                                         double requests_per_second) {
+void PrometheusExporter::CountExemptClientRequests(const std::string& client,
+                                                   const std::string& reason, uint64_t cumulative,
+                                                   int64_t since_ns, int64_t seen_ns) {
   std::lock_guard lock(mu_);
-  if (exempt_clients_.contains(client) || exempt_clients_.size() < cap_.max_clients()) {
-    exempt_clients_.insert(client);
-    auto& gauge = exempt_->Add({{"client", client}, {"reason", reason}});
-    gauge.Set(requests_per_second);
-    exempt_gauges_.insert(&gauge);
-  } else {
-    auto& gauge = exempt_->Add({{"client", kOtherClient}, {"reason", reason}});
-    gauge.Increment(requests_per_second);
-    exempt_gauges_.insert(&gauge);
-    exempt_other_ = true;
-    exempt_folded_->Increment();
+  auto [it, fresh] = exempt_series_.try_emplace({client, reason});
+  ExemptSeries& s = it->second;
+  if (fresh) {
+    if (exempt_clients_.contains(client) || exempt_clients_.size() < cap_.max_clients()) {
+      ++exempt_clients_[client];
+      s.counter = &exempt_->Add({{"client", client}, {"reason", reason}});
+      s.own = true;
+    } else {
+      prometheus::Counter*& other = exempt_other_[reason];
+      if (!other) other = &exempt_->Add({{"client", kOtherClient}, {"reason", reason}});
+      s.counter = other;
+    }
+    UpdateExemptSeriesGauge();
   }
-  UpdateExemptSeriesGauge();
-}
-
-void PrometheusExporter::ClearExemptClients() {
-  std::lock_guard lock(mu_);
-  for (prometheus::Gauge* gauge : exempt_gauges_) exempt_->Remove(gauge);
-  exempt_gauges_.clear();
-  exempt_clients_.clear();
-  exempt_other_ = false;
-  UpdateExemptSeriesGauge();
+  // Another start: the detector dropped the client and counts from 0 again.
+  bool restarted = since_ns != s.since_ns || cumulative < s.cumulative;
+  uint64_t delta = restarted ? cumulative : cumulative - s.cumulative;
+  if (delta) s.counter->Increment(static_cast<double>(delta));
+  if (delta && !s.own) exempt_folded_->Increment(static_cast<double>(delta));
+  s.cumulative = cumulative;
+  s.since_ns = since_ns;
+  s.seen_ns = std::max(s.seen_ns, seen_ns);
 }
 
 void PrometheusExporter::UpdateExemptSeriesGauge() {
-  exempt_series_gauge_->Set(static_cast<double>(exempt_clients_.size() + exempt_other_));
+  exempt_series_gauge_->Set(static_cast<double>(exempt_clients_.size() + !exempt_other_.empty()));
 }
 
 void PrometheusExporter::SetDetectorState(const std::string& storm, size_t tracked_keys,

@@ -7,8 +7,8 @@
 // their client: detectors bound how many storms fire.
 #pragma once
 
+#include <prometheus/collectable.h>
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -30,6 +30,9 @@
 
 #include "exporters/client_cap.h"
 
+struct mg_context;
+struct mg_connection;
+
 namespace stormwatch {
 
 // Labels of stormwatch_requests_total: `client` plus apiserver_request_total's labels.
@@ -44,10 +47,20 @@ struct ClientSeriesLimits {
 
 class PrometheusExporter {
  public:
-  // Serves on `address` ("host:port"); throws at start-up if it cannot bind (fatal).
+  // Serves /metrics on `address` ("host:port"); throws at start-up if it cannot bind (fatal).
+  // The endpoint is civetweb's, not prometheus::Exposer: Exposer adds exposer_* series of its
+  // own registry, which its API cannot remove (prometheus-cpp 1.0), under no stormwatch_ prefix.
   explicit PrometheusExporter(const std::string& address, ClientSeriesLimits limits = {});
   // No HTTP endpoint: for tests that read the registry directly.
   explicit PrometheusExporter(ClientSeriesLimits limits = {});
+  ~PrometheusExporter();
+  PrometheusExporter(const PrometheusExporter&) = delete;
+  PrometheusExporter& operator=(const PrometheusExporter&) = delete;
+
+  // What a scrape of /metrics returns: the registry, then the agent's process_* series.
+  std::string Scrape() const;
+  // stormwatch_build_info{version, commit, libbpf, kernel} 1.
+  void SetBuildInfo(const std::map<std::string, std::string>& labels);
 
   void CountRequest(const RequestLabels& labels, uint64_t response_bytes);
   // A gRPC call etcd served (the apiserver's storage traffic): method, the key's resource
@@ -92,11 +105,12 @@ class PrometheusExporter {
   // A 429 and its Retry-After (seconds; negative when absent).
   void CountThrottled(const std::string& client, const std::string& priority_level,
                       int retry_after_s);
-  // The exempt-client list is rebuilt once a second: Clear, then Set each client still listed.
-  // reason: priority_level_exempt or system_masters.
-  void SetExemptClient(const std::string& client, const std::string& reason,
-                       double requests_per_second);
-  void ClearExemptClients();
+  // Requests of an exempt client per reason (priority_level_exempt or system_masters), as the
+  // detector counts them: `cumulative` since `since_ns` (a new since_ns: the detector forgot
+  // the client and counts afresh), published once a second; the counter grows by the
+  // difference. seen_ns: when the client was last seen; its series end after idle_s (Compact).
+  void CountExemptClientRequests(const std::string& client, const std::string& reason,
+                                 uint64_t cumulative, int64_t since_ns, int64_t seen_ns);
   // A detector's bounded state: keys held now and keys dropped so far (cumulative).
   void SetDetectorState(const std::string& storm, size_t tracked_keys,
                         uint64_t evictions_cumulative);
@@ -135,9 +149,12 @@ class PrometheusExporter {
                      std::map<std::string, uint64_t>& seen, const std::string& label_name,
                      const std::string& label_value, uint64_t cumulative);
   void UpdateExemptSeriesGauge();
+  static int HandleMetrics(mg_connection* conn, void* self);
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<prometheus::Collectable> process_;
+  mg_context* http_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* build_info_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Counter>* response_bytes_;
   prometheus::Family<prometheus::Counter>* lists_;
@@ -162,7 +179,7 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Counter>* apf_;
   prometheus::Family<prometheus::Counter>* throttled_;
   prometheus::Family<prometheus::Histogram>* retry_after_;
-  prometheus::Family<prometheus::Gauge>* exempt_;
+  prometheus::Family<prometheus::Counter>* exempt_;
   prometheus::Family<prometheus::Gauge>* detector_tracked_;
   prometheus::Family<prometheus::Counter>* detector_evictions_;
   prometheus::Family<prometheus::Counter>* alertmanager_;
@@ -189,10 +206,18 @@ class PrometheusExporter {
   absl::flat_hash_map<std::string, prometheus::Histogram*> etcd_duration_cache_;
   absl::flat_hash_map<std::string, prometheus::Histogram*> watch_duration_cache_;
   absl::flat_hash_map<std::string, prometheus::Histogram*> retry_after_cache_;
-  // Exempt clients of the current round (the detector bounds them; capped here as well).
-  std::unordered_set<std::string> exempt_clients_;
-  std::unordered_set<prometheus::Gauge*> exempt_gauges_;
-  bool exempt_other_ = false;
+  // Exempt clients' series by (client, reason): the detector bounds them; capped here as well
+  // (clients past the cap count under client="other").
+  struct ExemptSeries {
+    uint64_t cumulative = 0;  // the detector's count at the last publication ...
+    int64_t since_ns = 0;     // ... counted since then
+    prometheus::Counter* counter = nullptr;
+    bool own = false;  // false: folded into client="other"
+    int64_t seen_ns = 0;
+  };
+  std::map<std::pair<std::string, std::string>, ExemptSeries> exempt_series_;
+  std::map<std::string, size_t> exempt_clients_;  // clients with series of their own: how many
+  std::map<std::string, prometheus::Counter*> exempt_other_;  // by reason
   prometheus::Gauge* exempt_series_gauge_;
   prometheus::Counter* exempt_folded_;
   // Storm gauges at 0, by labels: when their storm resolved, as of the first Compact after.

@@ -54,6 +54,8 @@ void ExemptClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   e.priority_level_exempt = e.priority_level_exempt || by_level;
   e.system_masters = e.system_masters || by_masters;
   e.requests.Add(now_ns);
+  e.level_exempt_requests += e.priority_level_exempt;
+  e.masters_requests += e.system_masters;
   e.last_seen_ns = std::max(e.last_seen_ns, now_ns);
   e.verbs.Add(r.info.verb);
   if (!r.info.resource.empty()) {
@@ -80,7 +82,8 @@ std::vector<ExemptClient> ExemptClientDetector::ExemptClients(int64_t now_ns) co
     // Complete seconds only; a client first seen 5 s ago is averaged over 5 s, not 60.
     const int64_t seconds = std::clamp<int64_t>(now_s - e.first_seen_ns / kNsPerSecond, 1, window);
     const double rate = e.requests.Sum(now_s - 1, window) / static_cast<double>(seconds);
-    out.push_back({e.identity->user, Reason(e), rate, e.last_seen_ns});
+    out.push_back({e.identity->user, Reason(e), rate, e.last_seen_ns, e.level_exempt_requests,
+                   e.masters_requests, e.first_seen_ns});
   }
   std::sort(out.begin(), out.end(), [](const ExemptClient& a, const ExemptClient& b) {
     if (a.requests_per_second != b.requests_per_second) {

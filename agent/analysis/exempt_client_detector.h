@@ -3,7 +3,8 @@
 // A client is exempt when a request of its was served at the APF priority level "exempt" or
 // it authenticated as a member of system:masters: nothing limits its concurrency. Identities
 // exempt by design (the control plane's own) are on the config's allow list. Two outputs:
-//   ExemptClients(): every exempt client seen within active_window_s, for a gauge;
+//   ExemptClients(): every exempt client seen within active_window_s, with its requests so far
+//   per reason (stormwatch_exempt_client_requests_total);
 //   the storm: an exempt client at >= escalate_rate requests/s in each of escalate_sustain_s
 //   consecutive complete seconds fires (severity critical); Resolved after resolve_s
 //   consecutive seconds under that rate.
@@ -42,6 +43,11 @@ struct ExemptClient {
   // Over the complete seconds of active_window_s before now (fewer when first seen later).
   double requests_per_second = 0;
   int64_t last_seen_ns = 0;
+  // Requests counted since the client was first tracked, while it had each reason (a reason,
+  // once seen, stays).
+  uint64_t priority_level_exempt_requests = 0;
+  uint64_t system_masters_requests = 0;
+  int64_t first_seen_ns = 0;  // when those counts started
   bool operator==(const ExemptClient&) const = default;
 };
 
@@ -66,6 +72,8 @@ class ExemptClientDetector final : public StormDetector {
     bool priority_level_exempt = false;
     bool system_masters = false;
     SecondBuckets requests;
+    uint64_t level_exempt_requests = 0;  // counted while priority_level_exempt
+    uint64_t masters_requests = 0;       // counted while system_masters
     int64_t first_seen_ns = 0;
     int64_t last_seen_ns = 0;
     Tally verbs{8};

@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdarg>
-#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string_view>
@@ -19,26 +17,10 @@ namespace stormwatch {
 namespace {
 constexpr uint32_t kMaxSlots = 256;  // SW_MAX_TARGET_SLOTS in the BPF program
 
-// libbpf's own messages (the verifier's log when a program is refused, attach errors) into our
-// log instead of a stderr nobody reads in a pod; its debug chatter only at debug level.
-int LibbpfLog(enum libbpf_print_level level, const char* format, va_list args) {
-  char line[2048];
-  int n = std::vsnprintf(line, sizeof(line), format, args);
-  if (n <= 0) return n;
-  std::string_view text(line, std::min<size_t>(static_cast<size_t>(n), sizeof(line) - 1));
-  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
-  switch (level) {
-    case LIBBPF_WARN: spdlog::warn("libbpf: {}", text); break;
-    case LIBBPF_INFO: spdlog::info("libbpf: {}", text); break;
-    default: spdlog::debug("libbpf: {}", text); break;
-  }
-  return n;
-}
 }  // namespace
 
 Result<std::unique_ptr<GoHttpProbes>> GoHttpProbes::Load(size_t ring_buffer_bytes,
                                                          EventHandler on_event) {
-  libbpf_set_print(LibbpfLog);
   std::unique_ptr<GoHttpProbes> p(new GoHttpProbes());
   p->on_event_ = std::move(on_event);
   p->ncpus_ = libbpf_num_possible_cpus();

@@ -1,4 +1,5 @@
 #include "agent/config/config_file.h"
+#include "agent/log_format.h"
 
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
@@ -368,8 +369,13 @@ Schema BuildSchema() {
   s.String("health_address", [](auto& o) -> auto& { return o.health_address; },
            [](std::string_view a) { return a.empty() ? std::string() : AddressProblem(a); },
            {{"pattern", "^(.*:[1-9][0-9]{0,4}|)$"}});
+  s.String("debug_address", [](auto& o) -> auto& { return o.debug_address; },
+           [](std::string_view a) { return a.empty() ? std::string() : AddressProblem(a); },
+           {{"pattern", "^(.*:[1-9][0-9]{0,4}|)$"}});
   s.String("log_level", [](auto& o) -> auto& { return o.log_level; }, LogLevelProblem,
            {{"enum", {"trace", "debug", "info", "warn", "error", "critical", "off"}}});
+  s.String("log_format", [](auto& o) -> auto& { return o.log_format; }, LogFormatProblem,
+           {{"enum", {"text", "json"}}});
   s.Number<size_t>("capture.ring_buffer_bytes", [](auto& o) -> auto& { return o.ring_buffer_bytes; },
                    Range{4096, double{1u << 30}}, RingBufferBytesProblem, PowersOfTwo(4096, 1u << 30));
   s.Number<size_t>("limits.max_clients",

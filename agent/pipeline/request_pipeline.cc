@@ -373,16 +373,16 @@ void RequestPipeline::PublishDetectorState(int64_t now_ns) {
     exporter_->SetDetectorState(d->storm(), st.tracked, st.evictions);
   }
   if (exempt_) {
-    exporter_->ClearExemptClients();
     for (const ExemptClient& c : exempt_->ExemptClients(now_ns)) {
-      // "priority_level_exempt,system_masters": one series per reason.
-      size_t start = 0;
-      while (start <= c.reason.size()) {
-        size_t comma = c.reason.find(',', start);
-        std::string reason = c.reason.substr(start, comma - start);
-        if (!reason.empty()) exporter_->SetExemptClient(c.user, reason, c.requests_per_second);
-        if (comma == std::string::npos) break;
-        start = comma + 1;
+      if (c.priority_level_exempt_requests) {
+        exporter_->CountExemptClientRequests(c.user, kReasonPriorityLevelExempt,
+                                             c.priority_level_exempt_requests, c.first_seen_ns,
+                                             c.last_seen_ns);
+      }
+      if (c.system_masters_requests) {
+        exporter_->CountExemptClientRequests(c.user, kReasonSystemMasters,
+                                             c.system_masters_requests, c.first_seen_ns,
+                                             c.last_seen_ns);
       }
     }
   }

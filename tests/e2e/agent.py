@@ -63,8 +63,10 @@ class Agent:
         self.workdir = workdir
         self.metrics_port = metrics_port or free_port()
         self.health_port = free_port()
+        self.debug_port = free_port()  # never the default 9849: agents run side by side
         self.args = [AGENT_BINARY, "--metrics-address", "127.0.0.1:%d" % self.metrics_port,
-                     "--health-address", "127.0.0.1:%d" % self.health_port, *extra_args]
+                     "--health-address", "127.0.0.1:%d" % self.health_port,
+                     "--debug-address", "127.0.0.1:%d" % self.debug_port, *extra_args]
         self.proc = None
         self.alerts = []          # parsed JSON alert lines, in order
         self.alert_times = []     # time.monotonic() when each arrived
@@ -110,14 +112,18 @@ class Agent:
                 total += v
         return total
 
-    def health(self, path):
-        """(status, body) of /healthz or /readyz."""
-        url = "http://127.0.0.1:%d%s" % (self.health_port, path)
+    def health(self, path, port=None):
+        """(status, body) of /healthz or /readyz (or `path` on another of its ports)."""
+        url = "http://127.0.0.1:%d%s" % (port or self.health_port, path)
         try:
             with urllib.request.urlopen(url, timeout=5) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
+
+    def debug(self, path):
+        """(status, body) of /debug/clients and the like, on the debug port."""
+        return self.health(path, port=self.debug_port)
 
     def wait_attached(self, count=1, timeout=20):
         deadline = time.monotonic() + timeout

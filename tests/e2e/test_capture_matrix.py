@@ -206,7 +206,7 @@ class CaptureMatrix(CaptureMatrixBase):
         want = {client: (n, [("127.0.0.1", n, "127.0.0.1:%d" % server_port)]) for client, n in want.items()}
         deadline = time.monotonic() + 3
         while True:
-            clients = json.loads(agent.health("/debug/clients")[1])
+            clients = json.loads(agent.debug("/debug/clients")[1])
             ends = {e["client"]: (e["requests"], [(p["ip"], p["requests"], p["last_local"]) for p in e["peers"]])
                     for e in clients if e["client"] in want}
             if ends == want or time.monotonic() > deadline:

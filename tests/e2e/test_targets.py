@@ -135,7 +135,7 @@ class TargetsEndToEnd(unittest.TestCase):
         deadline = time.monotonic() + 10
         seen = {}
         while time.monotonic() < deadline:
-            status, body = agent.health("/debug/clients")
+            status, body = agent.debug("/debug/clients")
             self.assertEqual(status, 200)
             seen = {e["client"]: {"requests": e["requests"], "peers": e["peers"]}
                     for e in json.loads(body) if e["client"] in expected}

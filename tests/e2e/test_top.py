@@ -129,7 +129,7 @@ class TopEndToEnd(unittest.TestCase):
         return any(e for _, e in list(errors) + list(failures))
 
     def debug_url(self, agent):
-        return "http://127.0.0.1:%d" % agent.health_port
+        return "http://127.0.0.1:%d" % agent.debug_port
 
     # ---- tmux ----
 

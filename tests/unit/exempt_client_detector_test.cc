@@ -67,11 +67,12 @@ TEST(ExemptClientTest, ReportsExemptClientsWithReasonRateAndLastSeen) {
 
   const std::vector<ExemptClient> want = {
       // 60 requests over seconds 0..39.
-      {"ci-deployer", "priority_level_exempt,system_masters", 1.5, 29'500 * kMs},
+      {"ci-deployer", "priority_level_exempt,system_masters", 1.5, 29'500 * kMs, 60, 60, 0},
       // 30 requests over 10..39.
-      {"system:serviceaccount:monitoring:pod-reporter", "priority_level_exempt", 1.0, 39 * kSec},
+      {"system:serviceaccount:monitoring:pod-reporter", "priority_level_exempt", 1.0, 39 * kSec,
+       30, 0, 10 * kSec},
       // 3 requests over 35..39: averaged since first seen.
-      {"carol", "system_masters", 0.6, 37 * kSec},
+      {"carol", "system_masters", 0.6, 37 * kSec, 0, 3, 35 * kSec},
   };
   EXPECT_EQ(run.det.ExemptClients(40 * kSec), want);
   EXPECT_TRUE(run.sim.transitions().empty());

@@ -270,27 +270,47 @@ TEST(PrometheusExporterTest, ApfThrottlingAndWatches) {
   EXPECT_TRUE(Has(m, R"(stormwatch_watch_duration_seconds_bucket{group="apps",resource="deployments",le="1800"} 2)")) << m;
 }
 
-TEST(PrometheusExporterTest, ExemptClientsAreRebuiltAndCapped) {
+TEST(PrometheusExporterTest, ExemptClientRequestsAreCountersCappedAndEndWhenIdle) {
   PrometheusExporter e(ClientSeriesLimits{.max_clients = 2, .idle_s = 600});
-  e.SetExemptClient("python-agent", "system_masters", 60);
-  e.SetExemptClient("ci-bot", "priority_level_exempt", 2.5);
-  e.SetExemptClient("third", "system_masters", 1);
-  e.SetExemptClient("fourth", "system_masters", 0.5);
+  // Second 1: the detector's cumulative counts since each client was first seen (at 0).
+  e.CountExemptClientRequests("python-agent", "system_masters", 60, 0, 1 * kSec);
+  e.CountExemptClientRequests("python-agent", "priority_level_exempt", 40, 0, 1 * kSec);
+  e.CountExemptClientRequests("ci-bot", "priority_level_exempt", 3, 0, 1 * kSec);
+  e.CountExemptClientRequests("third", "system_masters", 2, 0, 1 * kSec);  // past the cap
+  e.CountExemptClientRequests("fourth", "system_masters", 1, 0, 1 * kSec);
   std::string m = Metrics(e);
-  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_per_second{client="python-agent",reason="system_masters"} 60)")) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_per_second{client="ci-bot",reason="priority_level_exempt"} 2.5)")) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_per_second{client="other",reason="system_masters"} 1.5)")) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_exempt_client_requests_per_second"} 3)")) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_series_folded_total{metric="stormwatch_exempt_client_requests_per_second"} 2)")) << m;
+  EXPECT_TRUE(Has(m, "# TYPE stormwatch_exempt_client_requests_total counter")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_total{client="python-agent",reason="system_masters"} 60)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_total{client="python-agent",reason="priority_level_exempt"} 40)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_total{client="ci-bot",reason="priority_level_exempt"} 3)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_total{client="other",reason="system_masters"} 3)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_exempt_client_requests_total"} 3)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_series_folded_total{metric="stormwatch_exempt_client_requests_total"} 3)")) << m;
 
-  // Next second's list: only the python agent is left; the others disappear.
-  e.ClearExemptClients();
-  e.SetExemptClient("python-agent", "system_masters", 55);
+  // Second 2: counts grow by the difference; the same totals published again add nothing.
+  e.CountExemptClientRequests("python-agent", "system_masters", 115, 0, 2 * kSec);
+  e.CountExemptClientRequests("ci-bot", "priority_level_exempt", 3, 0, 1 * kSec);
+  e.CountExemptClientRequests("third", "system_masters", 7, 0, 2 * kSec);
   m = Metrics(e);
-  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_per_second{client="python-agent",reason="system_masters"} 55)")) << m;
-  EXPECT_EQ(m.find(R"(stormwatch_exempt_client_requests_per_second{client="ci-bot")"), std::string::npos) << m;
-  EXPECT_EQ(m.find(R"(stormwatch_exempt_client_requests_per_second{client="other")"), std::string::npos) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_exempt_client_requests_per_second"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_total{client="python-agent",reason="system_masters"} 115)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_total{client="ci-bot",reason="priority_level_exempt"} 3)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_total{client="other",reason="system_masters"} 8)")) << m;
+
+  // The detector forgot ci-bot and counts it afresh from second 100: 4 new requests, not 1.
+  e.CountExemptClientRequests("ci-bot", "priority_level_exempt", 4, 100 * kSec, 100 * kSec);
+  m = Metrics(e);
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_total{client="ci-bot",reason="priority_level_exempt"} 7)")) << m;
+
+  // 600 s after python-agent was last seen its series end; ci-bot (seen at 100) stays.
+  e.Compact(602 * kSec);
+  m = Metrics(e);
+  EXPECT_EQ(m.find(R"(stormwatch_exempt_client_requests_total{client="python-agent")"), std::string::npos) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_total{client="ci-bot",reason="priority_level_exempt"} 7)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_exempt_client_requests_total"} 2)")) << m;
+  // A slot is free again: a new client gets a series of its own.
+  e.CountExemptClientRequests("fifth", "system_masters", 5, 600 * kSec, 603 * kSec);
+  m = Metrics(e);
+  EXPECT_TRUE(Has(m, R"(stormwatch_exempt_client_requests_total{client="fifth",reason="system_masters"} 5)")) << m;
 }
 
 TEST(PrometheusExporterTest, CumulativeCountsBecomeCounters) {
@@ -350,13 +370,14 @@ TEST(PrometheusExporterTest, PromtoolFindsNothingToLint) {
   e.ObserveTargetPlanning("kube-apiserver", 0.3);
   e.CountApf("alice", "exempt", "exempt");
   e.CountThrottled("bob", "workload-low", 1);
-  e.SetExemptClient("alice", "system_masters", 12);
+  e.CountExemptClientRequests("alice", "system_masters", 12, 0, 60 * kSec);
+  e.SetBuildInfo({{"version", "0.1.0"}, {"commit", "abc"}, {"libbpf", "1.4"}, {"kernel", "6.1.0"}});
   e.SetDetectorState("update_loop", 4, 0);
   e.SetAlertmanagerStats(1, 0, 0);
   e.CountWatch("alice", "", "pods", 300, true);
   e.Compact(60 * kSec);
 
-  std::string text = Metrics(e);
+  std::string text = e.Scrape();  // with process_*: linted too
   auto [output, status] = PromtoolCheck(promtool, text);
   EXPECT_EQ(output, "") << text;
   EXPECT_EQ(status, 0) << output;
@@ -376,7 +397,8 @@ TEST(PrometheusExporterTest, PromtoolFindsNothingToLint) {
         "stormwatch_target_attach_failures_total", "stormwatch_target_planning_seconds",
         "stormwatch_apf_requests_total",
         "stormwatch_throttled_requests_total", "stormwatch_retry_after_seconds",
-        "stormwatch_exempt_client_requests_per_second", "stormwatch_detector_tracked_keys",
+        "stormwatch_exempt_client_requests_total", "stormwatch_detector_tracked_keys",
+        "stormwatch_build_info",
         "stormwatch_detector_evictions_total", "stormwatch_alertmanager_notifications_total",
         "stormwatch_watches_total", "stormwatch_watch_duration_seconds",
         "stormwatch_client_series", "stormwatch_series_folded_total"}) {
