@@ -1,4 +1,4 @@
-"""Shared helpers of the chart tests: render the chart with tools/helm-render, validate objects
+"""Shared helpers of the chart tests: render the chart with `helm template`, validate objects
 against the real Kubernetes 1.28 OpenAPI and Prometheus Operator CRD schemas, read the alert
 rules and the dashboard's PromQL.
 
@@ -13,8 +13,10 @@ import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 
 import jsonschema
@@ -27,7 +29,10 @@ CHART = os.path.join(REPO, "helm", "stormwatch")
 SHARED = os.path.abspath(os.environ.get("STORMWATCH_SHARED_DIR", os.path.join(REPO, "..", "shared")))
 SCHEMAS = os.path.join(SHARED, "schemas")
 BUILD_DIR = os.environ.get("STORMWATCH_BUILD_DIR", os.path.join(REPO, "build"))
-RENDERER = os.environ.get("STORMWATCH_HELM_RENDER", os.path.join(BUILD_DIR, "go", "helm-render"))
+# helm v3.17.3, unpacked into the build folder by scripts/setup.sh.
+HELM = os.environ.get("STORMWATCH_HELM", os.path.join(BUILD_DIR, "tools", "helm"))
+HELM_ENV = dict(os.environ, HELM_CACHE_HOME="/tmp/stormwatch-helm/cache",
+                HELM_CONFIG_HOME="/tmp/stormwatch-helm/config", HELM_DATA_HOME="/tmp/stormwatch-helm/data")
 RULES_FILE = os.path.join(REPO, "deploy", "prometheus", "stormwatch-rules.yaml")
 DASHBOARD = os.path.join(CHART, "dashboards", "stormwatch.json")
 RUNBOOKS = os.path.join(REPO, "docs", "runbooks")
@@ -45,21 +50,56 @@ def variants():
     return out
 
 
-def render(values_file=None, sets=(), namespace="monitoring", name="stormwatch", notes=False, check=True):
-    argv = [RENDERER, "--name", name, "--namespace", namespace]
+def helm(*args):
+    """Runs helm (no cluster: template and lint only), with its caches out of the home folder."""
+    return subprocess.run([HELM, *args], capture_output=True, text=True, env=HELM_ENV, timeout=60)
+
+
+def render(values_file=None, sets=(), namespace="monitoring", name="stormwatch", notes=False, check=True,
+           extra=(), chart_dir=CHART):
+    """`helm template` of the chart; values_file may be a list of files. With notes=True, the
+    rendered NOTES.txt instead (helm template never prints it: a copy of the chart holds it as a
+    normal template)."""
+    files = values_file if isinstance(values_file, (list, tuple)) else [values_file] if values_file else []
+    argv = ["template", name, chart_dir, "--namespace", namespace, *extra]
+    for f in files:
+        argv += ["-f", f]
+    for s in sets:
+        argv += ["--set", s]
+    if notes:
+        # helm template never prints NOTES.txt and parses every other output as YAML: a copy of
+        # the chart wraps NOTES.txt in a named template and emits it as a YAML string.
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = os.path.join(tmp, "stormwatch")
+            shutil.copytree(chart_dir, copy)
+            with open(os.path.join(copy, "templates", "NOTES.txt")) as f:
+                text = f.read()
+            with open(os.path.join(copy, "templates", "_notes_test.tpl"), "w") as f:
+                f.write('{{- define "stormwatch.testNotes" -}}\n' + text + '{{- end -}}\n')
+            with open(os.path.join(copy, "templates", "notes-test.yaml"), "w") as f:
+                f.write('notes: {{ include "stormwatch.testNotes" . | toJson }}\n')
+            argv[2] = copy
+            r = helm(*argv, "--show-only", "templates/notes-test.yaml")
+            if r.returncode == 0:
+                r.stdout = yaml.safe_load(r.stdout)["notes"]
+    else:
+        r = helm(*argv)
+    if not check:
+        return r
+    if r.returncode != 0:
+        raise AssertionError("helm template failed: %s" % r.stderr)
+    return r.stdout
+
+
+def lint(values_file=None, sets=(), strict=True):
+    argv = ["lint", CHART, "--namespace", "monitoring"]
+    if strict:
+        argv.append("--strict")
     if values_file:
         argv += ["-f", values_file]
     for s in sets:
         argv += ["--set", s]
-    if notes:
-        argv.append("--notes")
-    argv.append(CHART)
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if not check:
-        return r
-    if r.returncode != 0:
-        raise AssertionError("helm-render failed: %s" % r.stderr)
-    return r.stdout
+    return helm(*argv)
 
 
 def objects(text):

@@ -101,7 +101,7 @@ def wait_for(what, fn, timeout, interval=0.2):
 class AlertingEndToEnd(unittest.TestCase):
     def setUp(self):
         require_bpf_privileges(self)
-        for b in (PROMETHEUS, ALERTMANAGER, chart.RENDERER):
+        for b in (PROMETHEUS, ALERTMANAGER, chart.HELM):
             if not os.path.exists(b):
                 self.fail("missing %s (scripts/setup.sh installs prometheus and prometheus-alertmanager)" % b)
         self.procs = []

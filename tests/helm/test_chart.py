@@ -1,4 +1,4 @@
-"""The chart, rendered by tools/helm-render for the default values and every variant in
+"""The chart, rendered by `helm template` (helm v3.17.3) for the default values and every variant in
 helm/stormwatch/ci/, checked without a cluster:
 
 - every object validates against the Kubernetes 1.28 OpenAPI / Prometheus Operator CRD schemas
@@ -77,8 +77,8 @@ class Rendered:
 class ChartTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not os.path.exists(chart.RENDERER):
-            raise AssertionError("missing %s (build the helm-render target)" % chart.RENDERER)
+        if not os.path.exists(chart.HELM):
+            raise AssertionError("missing %s (scripts/setup.sh installs helm)" % chart.HELM)
         cls.schemas = chart.Schemas()
         cls.variants = chart.variants()
         with open(os.path.join(chart.CHART, "values.yaml")) as f:
@@ -108,6 +108,45 @@ class ChartTest(unittest.TestCase):
               file=sys.stderr)
         self.assertTrue({"DaemonSet", "ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                          "Service", "ServiceMonitor", "PodMonitor", "PrometheusRule"} <= kinds)
+
+    def test_helm_lint_strict_on_defaults_and_every_variant(self):
+        for name, values_file in self.variants:
+            with self.subTest(variant=name):
+                r = chart.lint(values_file)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertIn("1 chart(s) linted, 0 chart(s) failed", r.stdout)
+                self.assertNotIn("[WARNING]", r.stdout)
+                self.assertNotIn("[ERROR]", r.stdout)
+
+    def test_set_cases_render_and_validate(self):
+        """--set as users type it: lists, escaped dots in keys, numbers, booleans."""
+        cases = {
+            "podAnnotations.a\\.b=c": lambda objs: self.assertEqual(
+                pod_template(objs)["metadata"]["annotations"]["a.b"], "c"),
+            "podLabels.example\\.com/team=platform": lambda objs: self.assertEqual(
+                pod_template(objs)["metadata"]["labels"]["example.com/team"], "platform"),
+            "config.targets.names={kube-apiserver,etcd,kube-apiserver-alt}": lambda objs: self.assertEqual(
+                yaml.safe_load(config_file(objs))["targets"]["names"], ["kube-apiserver", "etcd", "kube-apiserver-alt"]),
+            "config.detectors.update_loop.allow[0]=system:serviceaccount:kube-system:*": lambda objs: self.assertEqual(
+                yaml.safe_load(config_file(objs))["detectors"]["update_loop"]["allow"],
+                ["system:serviceaccount:kube-system:*"]),
+            # helm --set keeps 7.5 a string (it types only integers and booleans): --set-json.
+            "--set-json=config.detectors.list_storm.list_rate=7.5": lambda objs: self.assertEqual(
+                yaml.safe_load(config_file(objs))["detectors"]["list_storm"]["list_rate"], 7.5),
+            "extraCapabilities={SYS_RESOURCE}": lambda objs: self.assertIn(
+                "SYS_RESOURCE", pod_template(objs)["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]),
+            "config.alertmanager.labels.cluster=prod-eu-1": lambda objs: self.assertEqual(
+                yaml.safe_load(config_file(objs))["alertmanager"]["labels"], {"cluster": "prod-eu-1"}),
+        }
+        n = 0
+        for s, check in cases.items():
+            with self.subTest(set=s):
+                objs = chart.objects(chart.render(extra=[s]) if s.startswith("--") else chart.render(sets=[s]))
+                for o in objs:
+                    self.assertEqual(self.schemas.errors(o), [], "%s: %s" % (o["kind"], o["metadata"]["name"]))
+                    n += 1
+                check(objs)
+        print("\n--set cases: %d objects valid" % n, file=sys.stderr)
 
     def test_the_validator_rejects_what_the_api_server_rejects(self):
         objs = Rendered.get("default", None)
@@ -350,8 +389,9 @@ class ChartTest(unittest.TestCase):
         self.assertFalse({"ServiceMonitor", "PodMonitor", "PrometheusRule"} & kinds["default"])
         both = chart.render(sets=["serviceMonitor.enabled=true", "podMonitor.enabled=true"], check=False)
         self.assertNotEqual(both.returncode, 0, "both monitors must be refused (double scrape)")
-        r = subprocess.run([chart.RENDERER, "--kube-version", "v1.26.0", chart.CHART], capture_output=True, text=True)
+        r = chart.render(extra=["--kube-version", "v1.26.0"], check=False)
         self.assertNotEqual(r.returncode, 0, "kubeVersion >=1.27 not enforced")
+        self.assertIn("chart requires kubeVersion: >=1.27.0-0 which is incompatible with Kubernetes v1.26.0", r.stderr)
 
     def test_rbac_reads_only_apf_objects(self):
         for name, values, objs in self.each():
@@ -505,6 +545,11 @@ def config_file(objs):
     (vol,) = [v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
     (cm,) = [o for o in chart.find(objs, "ConfigMap") if o["metadata"]["name"] == vol["configMap"]["name"]]
     return cm["data"]["config.yaml"]
+
+
+def pod_template(objs):
+    (ds,) = chart.find(objs, "DaemonSet")
+    return ds["spec"]["template"]
 
 
 def render_objects(values_text):
