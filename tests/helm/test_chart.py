@@ -28,11 +28,11 @@ import yaml
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chart  # noqa: E402
 
-AGENT = os.path.join(chart.BUILD_DIR, "stormwatch")
+AGENT = chart.AGENT
 CONFIG_PATH = "/etc/stormwatch/config.yaml"
 EXAMPLE_CONFIG = os.path.join(chart.REPO, "docs", "stormwatch.example.yaml")
 # Keys of the file the chart writes from values `agent` (the container ports and probes use them).
-CHART_OWNED_KEYS = ("metrics_address", "health_address", "log_level")
+CHART_OWNED_KEYS = chart.CHART_OWNED_KEYS
 # An agent image without --config: every setting that has a flag, passed as flags.
 FLAGS_VALUES = """
 agent:
@@ -107,7 +107,7 @@ class ChartTest(unittest.TestCase):
         print("\n%d objects in %d variants valid (%s)" % (total, len(self.variants), ", ".join(sorted(kinds))),
               file=sys.stderr)
         self.assertTrue({"DaemonSet", "ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                         "Service", "ServiceMonitor", "PodMonitor", "PrometheusRule"} <= kinds)
+                         "Service", "ServiceMonitor", "PodMonitor", "PrometheusRule", "NetworkPolicy"} <= kinds)
 
     def test_helm_lint_strict_on_defaults_and_every_variant(self):
         for name, values_file in self.variants:
@@ -173,7 +173,7 @@ class ChartTest(unittest.TestCase):
             with self.subTest(variant=name):
                 (ds,) = chart.find(objs, "DaemonSet")
                 pod = ds["spec"]["template"]["spec"]
-                (c,) = pod["containers"]
+                c = agent_container(pod)
                 sc = c["securityContext"]
                 self.assertIs(pod.get("hostPID"), True)
                 self.assertFalse(pod.get("hostNetwork", False))
@@ -208,7 +208,10 @@ class ChartTest(unittest.TestCase):
         (c,) = pod["containers"]
         self.assertEqual(set(c["securityContext"]["capabilities"]["add"]), REQUIRED_CAPS)
         self.assertEqual(pod["securityContext"]["seccompProfile"], {"type": "Unconfined"})
-        self.assertEqual(pod["nodeSelector"], {"node-role.kubernetes.io/control-plane": ""})
+        # Control-plane nodes, x86_64 only (the agent and its BPF object are built for amd64).
+        self.assertEqual(pod["nodeSelector"], {"node-role.kubernetes.io/control-plane": "",
+                                               "kubernetes.io/arch": "amd64"})
+        self.assertEqual(c["image"], "registry.example.com/stormwatch:0.1.0")
         taints = {(t["key"], t.get("effect")) for t in pod["tolerations"] if t.get("operator") == "Exists"}
         self.assertEqual(taints, {("node-role.kubernetes.io/control-plane", "NoSchedule"),
                                   ("node-role.kubernetes.io/master", "NoSchedule")})
@@ -219,17 +222,28 @@ class ChartTest(unittest.TestCase):
         (ds,) = chart.find(Rendered.get("custom-scheduling", None), "DaemonSet")
         pod = ds["spec"]["template"]["spec"]
         self.assertEqual(pod["tolerations"], [{"operator": "Exists"}])
-        self.assertEqual(pod["nodeSelector"], {"node-role.kubernetes.io/master": ""})
+        # The user's keys merge with the default arch key; null drops the control-plane one.
+        self.assertEqual(pod["nodeSelector"], {"node-role.kubernetes.io/master": "",
+                                               "example.com/pool": "masters", "kubernetes.io/arch": "amd64"})
         self.assertNotIn("priorityClassName", pod)
 
     def test_probes_and_ports_match_the_agent_config(self):
         for name, values, objs in self.each():
             with self.subTest(variant=name):
                 (ds,) = chart.find(objs, "DaemonSet")
-                (c,) = ds["spec"]["template"]["spec"]["containers"]
+                pod = ds["spec"]["template"]["spec"]
+                c = agent_container(pod)
                 ports = {p["name"]: p["containerPort"] for p in c["ports"]}
                 cfg = yaml.safe_load(config_file(objs))
-                self.assertEqual(cfg["metrics_address"], "0.0.0.0:%d" % ports["metrics"])
+                if values["rbacProxy"]["enabled"]:
+                    # The metrics port is the proxy's; the agent listens on loopback only.
+                    (proxy,) = [x for x in pod["containers"] if x["name"] == "kube-rbac-proxy"]
+                    self.assertNotIn("metrics", ports)
+                    ports["metrics"] = {p["name"]: p["containerPort"] for p in proxy["ports"]}["metrics"]
+                    self.assertEqual(cfg["metrics_address"], "127.0.0.1:%d" % values["rbacProxy"]["upstreamPort"])
+                else:
+                    self.assertEqual(cfg["metrics_address"], "0.0.0.0:%d" % ports["metrics"])
+                self.assertEqual(set(ports), {"metrics", "health"}, "no other port (no debug port)")
                 self.assertEqual(cfg["health_address"], "0.0.0.0:%d" % ports["health"])
                 self.assertEqual(cfg["log_level"], values["agent"]["logLevel"])
                 self.assertEqual(ports["metrics"], values["agent"]["metricsPort"])
@@ -241,7 +255,7 @@ class ChartTest(unittest.TestCase):
         """agent.useConfigFile=false: the settings that have flags, from the same values."""
         objs = render_objects(FLAGS_VALUES)
         (ds,) = chart.find(objs, "DaemonSet")
-        (c,) = ds["spec"]["template"]["spec"]["containers"]
+        c = agent_container(ds["spec"]["template"]["spec"])
         self.assertEqual(c["args"], [
             "--target=kube-apiserver", "--pid=4194304", "--pid=12",
             "--metrics-address=0.0.0.0:9847", "--health-address=0.0.0.0:9848", "--log-level=info",
@@ -293,6 +307,10 @@ class ChartTest(unittest.TestCase):
             with self.subTest(key=key):
                 r = chart.render(sets=["config.%s=x" % key], check=False)
                 self.assertNotEqual(r.returncode, 0)
+                self.assertIn("- config: Additional property %s is not allowed" % key, r.stderr)
+                # And the template itself, where the schema is skipped.
+                r = chart.render(sets=["config.%s=x" % key], extra=["--skip-schema-validation"], check=False)
+                self.assertNotEqual(r.returncode, 0)
                 self.assertIn("config.%s: set by the chart" % key, r.stderr)
 
     def test_config_defaults_are_the_agents(self):
@@ -300,7 +318,12 @@ class ChartTest(unittest.TestCase):
         values a unit test (config_file_test) checks are the agent's built-in defaults."""
         with open(EXAMPLE_CONFIG) as f:
             example = yaml.safe_load(f)
-        self.assertEqual(yaml.safe_load(config_file(Rendered.get("default", None))), example)
+        rendered = yaml.safe_load(config_file(Rendered.get("default", None)))
+        # One difference: the runbook links, written from the chart's runbookBaseURL (the agent's
+        # built-in default points at a repository that is not this project's).
+        self.assertEqual(rendered["alertmanager"].pop("runbook_base_url"), self.defaults["runbookBaseURL"])
+        example["alertmanager"].pop("runbook_base_url")
+        self.assertEqual(rendered, example)
         without_chart_keys = {k: v for k, v in example.items() if k not in CHART_OWNED_KEYS}
         self.assertEqual(self.defaults["config"], without_chart_keys)
         self.assertIs(self.defaults["agent"]["useConfigFile"], True)
@@ -312,11 +335,15 @@ class ChartTest(unittest.TestCase):
                 pod = ds["spec"]["template"]["spec"]
                 (vol,) = [v for v in pod["volumes"] if v["name"] == "config"]
                 self.assertNotIn("items", vol["configMap"])  # every key is a file named after it
-                (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "config"]
+                (mount,) = [m for m in agent_container(pod)["volumeMounts"] if m["name"] == "config"]
                 self.assertEqual(os.path.join(mount["mountPath"], "config.yaml"), CONFIG_PATH)
                 agent = values["agent"]
-                expected = dict(values["config"], metrics_address="0.0.0.0:%d" % agent["metricsPort"],
+                metrics = ("127.0.0.1:%d" % values["rbacProxy"]["upstreamPort"] if values["rbacProxy"]["enabled"]
+                           else "0.0.0.0:%d" % agent["metricsPort"])
+                expected = dict(values["config"], metrics_address=metrics,
                                 health_address="0.0.0.0:%d" % agent["healthPort"], log_level=agent["logLevel"])
+                expected["alertmanager"] = dict(expected["alertmanager"],
+                                                runbook_base_url=values["runbookBaseURL"])
                 self.assertEqual(yaml.safe_load(config_file(objs)), expected)
                 self.assertIn("checksum/config", ds["spec"]["template"]["metadata"]["annotations"])
         (ds,) = chart.find(Rendered.get("old-kernel", None), "DaemonSet")
@@ -349,8 +376,8 @@ class ChartTest(unittest.TestCase):
                         self.assertIn(k, labels, "%s %s" % (o["kind"], o["metadata"]["name"]))
                 (ds,) = chart.find(objs, "DaemonSet")
                 pod_labels = ds["spec"]["template"]["metadata"]["labels"]
-                (c,) = ds["spec"]["template"]["spec"]["containers"]
-                port_names = {p["name"] for p in c["ports"]}
+                port_names = {p["name"] for c in ds["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
+                monitoring_labels = dict(values.get("prometheusLabels") or {})
                 services = chart.find(objs, "Service")
                 for svc in services:
                     self.assertTrue(set(svc["spec"]["selector"].items()) <= set(pod_labels.items()))
@@ -364,7 +391,7 @@ class ChartTest(unittest.TestCase):
                     self.assertEqual(sm["spec"]["namespaceSelector"]["matchNames"], [svc["metadata"]["namespace"]])
                     self.assertIn(sm["spec"]["endpoints"][0]["port"], {p["name"] for p in svc["spec"]["ports"]})
                     self.assertIn(sm["spec"]["jobLabel"], svc["metadata"]["labels"])
-                    for k, v in values["serviceMonitor"]["additionalLabels"].items():
+                    for k, v in dict(monitoring_labels, **values["serviceMonitor"]["additionalLabels"]).items():
                         self.assertEqual(sm["metadata"]["labels"][k], v)
                     self.assertIn({"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node",
                                    "action": "replace"}, sm["spec"]["endpoints"][0]["relabelings"])
@@ -372,8 +399,11 @@ class ChartTest(unittest.TestCase):
                     self.assertTrue(set(pm["spec"]["selector"]["matchLabels"].items()) <= set(pod_labels.items()))
                     self.assertIn(pm["spec"]["podMetricsEndpoints"][0]["port"], port_names)
                     self.assertIn(pm["spec"]["jobLabel"], pod_labels)
+                for pm in chart.find(objs, "PodMonitor"):
+                    for k, v in dict(monitoring_labels, **values["podMonitor"]["additionalLabels"]).items():
+                        self.assertEqual(pm["metadata"]["labels"][k], v)
                 for pr in chart.find(objs, "PrometheusRule"):
-                    for k, v in values["prometheusRule"]["additionalLabels"].items():
+                    for k, v in dict(monitoring_labels, **values["prometheusRule"]["additionalLabels"]).items():
                         self.assertEqual(pr["metadata"]["labels"][k], v)
                 for cm in chart.find(objs, "ConfigMap"):
                     if "stormwatch.json" in cm["data"]:
@@ -403,10 +433,15 @@ class ChartTest(unittest.TestCase):
                     self.assertEqual(roles, [])
                     continue
                 (role,) = roles
-                self.assertEqual(role["rules"], [{
-                    "apiGroups": ["flowcontrol.apiserver.k8s.io"],
-                    "resources": ["flowschemas", "prioritylevelconfigurations"],
-                    "verbs": ["get", "list"]}])
+                expected = [{"apiGroups": ["flowcontrol.apiserver.k8s.io"],
+                             "resources": ["flowschemas", "prioritylevelconfigurations"],
+                             "verbs": ["get", "list"]}]
+                if values["rbacProxy"]["enabled"]:  # kube-rbac-proxy reviews each scrape's token
+                    expected += [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+                                  "verbs": ["create"]},
+                                 {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
+                                  "verbs": ["create"]}]
+                self.assertEqual(role["rules"], expected)
                 self.assertEqual(chart.find(objs, "Role"), [])
                 (binding,) = chart.find(objs, "ClusterRoleBinding")
                 self.assertEqual(binding["roleRef"]["name"], role["metadata"]["name"])
@@ -547,6 +582,11 @@ def config_file(objs):
     return cm["data"]["config.yaml"]
 
 
+def agent_container(pod):
+    (c,) = [c for c in pod["containers"] if c["name"] == "agent"]
+    return c
+
+
 def pod_template(objs):
     (ds,) = chart.find(objs, "DaemonSet")
     return ds["spec"]["template"]
@@ -564,7 +604,7 @@ def run_agent(objs):
     """Runs the agent with the DaemonSet's args and --version, the mounted file replaced by the
     rendered one: the agent parses flags and file, then exits without attaching."""
     (ds,) = chart.find(objs, "DaemonSet")
-    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    c = agent_container(ds["spec"]["template"]["spec"])
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "config.yaml")
         with open(path, "w") as f:

@@ -26,6 +26,8 @@ import chart  # noqa: E402
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 OPERATOR = "system:serviceaccount:datajobs-system:datajob-operator"
 HEALTHY = "system:serviceaccount:kube-system:replicaset-controller"
+# A client whose storm gauge is 1 in a single scrape only: `for` must keep it from paging.
+BLIP = "system:serviceaccount:ci:flaky-job"
 # storm -> (group, resource) of its synthetic storm
 STORM_RESOURCES = {
     "update_loop": ("batch.company.com", "datajobs"),
@@ -117,9 +119,11 @@ class RulesTest(unittest.TestCase):
         return {"exp_labels": exp_labels, "exp_annotations": ann}
 
     def storm_tests(self):
-        """Each storm on two masters (the load moves from one to the other) and a healthy
-        client beside it: one aggregated alert for the storming client while either master
-        reports it, none before or after, none for the healthy client."""
+        """Each storm on two masters (the load moves from one to the other), a healthy client
+        and a one-scrape blip beside it: with the default `for: 1m`, pending at the first
+        evaluation that sees it, then one aggregated alert for the storming client while either
+        master reports it, none before or after; none for the healthy client, none for the
+        blip (one scrape never pages)."""
         tests = []
         for alert, r in self.rules.items():
             m = re.search(r'storm="([a-z_]+)"', r["expr"])
@@ -128,20 +132,26 @@ class RulesTest(unittest.TestCase):
             storm = m.group(1)
             group, resource = STORM_RESOURCES[storm]
             key = {"storm": storm, "client": OPERATOR, "group": group, "resource": resource}
+            self.assertEqual(r["for"], "1m", alert)
             healthy = dict(key, client=HEALTHY)
+            blip = dict(key, client=BLIP)
             inputs = []
             for node, values in (("master-1", "0 0 1 1 1 0 0 0"), ("master-2", "0 0 0 1 1 1 0 0")):
                 target = {"job": "stormwatch", "instance": "%s:9847" % node, "node": node}
                 inputs.append({"series": series("stormwatch_storm_active", dict(key, **target)), "values": values})
                 inputs.append({"series": series("stormwatch_storm_active", dict(healthy, **target)), "values": "0x7"})
+            target = {"job": "stormwatch", "instance": "master-1:9847", "node": "master-1"}
+            inputs.append({"series": series("stormwatch_storm_active", dict(blip, **target)),
+                           "values": "0 0 0 0 1 0 0 0"})
             fire = [self.alert(alert, key)]
             tests.append({
                 "name": alert, "interval": "1m", "input_series": inputs,
                 "alert_rule_test": [
                     {"eval_time": "1m", "alertname": alert, "exp_alerts": []},
-                    {"eval_time": "2m", "alertname": alert, "exp_alerts": fire},   # master-1 only
-                    {"eval_time": "4m", "alertname": alert, "exp_alerts": fire},   # both: one alert
-                    {"eval_time": "5m", "alertname": alert, "exp_alerts": fire},   # master-2 only
+                    {"eval_time": "2m", "alertname": alert, "exp_alerts": []},     # master-1: pending
+                    {"eval_time": "3m", "alertname": alert, "exp_alerts": fire},   # sustained 1m
+                    {"eval_time": "4m", "alertname": alert, "exp_alerts": fire},   # both: one alert; blip pending
+                    {"eval_time": "5m", "alertname": alert, "exp_alerts": fire},   # master-2 only; no blip
                     {"eval_time": "7m", "alertname": alert, "exp_alerts": []},     # resolved
                 ]})
         return tests
