@@ -294,7 +294,9 @@ class ChartTest(unittest.TestCase):
         ]
         for override, line_text, message in cases:
             with self.subTest(override=override):
-                objs = chart.objects(chart.render(sets=[override]))
+                # values.schema.json refuses these first (ValuesSchemaTest); the agent is the
+                # second line, for a file written by hand or a render that skipped the schema.
+                objs = chart.objects(chart.render(sets=[override], extra=["--skip-schema-validation"]))
                 lines = config_file(objs).splitlines()
                 (line,) = [i + 1 for i, text in enumerate(lines) if text.strip() == line_text]
                 r = run_agent(objs)
@@ -538,6 +540,248 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(chart.metric_names('sum by (client) (rate(foo_total{a="b"}[5m])) / on(x) bar'),
                          {"foo_total", "bar"})
         print("\ndashboard: %d expressions over %d metrics" % (len(exprs), len(used)), file=sys.stderr)
+
+
+class ValuesSchemaTest(unittest.TestCase):
+    """helm/stormwatch/values.schema.json: helm refuses unknown keys and wrong types before
+    rendering, naming the key; its `config` part is the agent's own schema."""
+
+    @classmethod
+    def setUpClass(cls):
+        with open(chart.VALUES_SCHEMA) as f:
+            cls.schema = json.load(f)
+
+    def refused(self, args, message):
+        """Both helm template and helm lint fail, with `message` in the output."""
+        sets = [a for a in args if not a.startswith("--")]
+        extra = [a for a in args if a.startswith("--")]
+        r = chart.render(sets=sets, extra=extra, check=False)
+        self.assertNotEqual(r.returncode, 0, "helm template accepted %s" % args)
+        self.assertIn("values don't meet the specifications of the schema(s)", r.stderr)
+        self.assertIn(message, r.stderr)
+        lint = chart.helm("lint", "--strict", chart.CHART, "-f", chart.IMAGE_VALUES, *extra,
+                          *[x for v in sets for x in ("--set", v)])
+        self.assertNotEqual(lint.returncode, 0, "helm lint accepted %s" % args)
+        self.assertIn(message, lint.stdout + lint.stderr)
+
+    def test_unknown_keys_and_wrong_types_are_refused(self):
+        cases = [
+            (["serviceMonitr.enabled=true"], "- (root): Additional property serviceMonitr is not allowed"),
+            (["config.detectors.list_storm.sustian_s=5"],
+             "- config.detectors.list_storm: Additional property sustian_s is not allowed"),
+            (["config.detectors.list_storm.sustain_s=abc"],
+             "- config.detectors.list_storm.sustain_s: Invalid type. Expected: number, given: string"),
+            (["config.detectors.update_loop.object_rate=-2"], "- config.detectors.update_loop.object_rate: Must be greater than"),
+            (["serviceMonitor.interval=15 s"], "- serviceMonitor.interval: Does not match pattern"),
+            (["serviceMonitor.sampleLimit=-1"], "- serviceMonitor.sampleLimit: Must be greater than or equal to 0"),
+            (["agent.metricsPort=70000"], "- agent.metricsPort: Must be less than or equal to 65535"),
+            (["agent.logLevel=verbose"], "- agent.logLevel: agent.logLevel must be one of the following"),
+            (["extraCapabilities={SYS_ADMIN}"], "- extraCapabilities.0: extraCapabilities.0 must be one of the following"),
+            (["prometheusRule.alerts.StormwatchUpdateLoop.for=soon"],
+             "- prometheusRule.alerts.StormwatchUpdateLoop.for: Does not match pattern"),
+            (["prometheusRule.alerts.StormwatchUpdateLop.enabled=false"],
+             "- prometheusRule.alerts: Additional property StormwatchUpdateLop is not allowed"),
+            (["rbacProxy.image.repositry=x"], "- rbacProxy.image: Additional property repositry is not allowed"),
+            (["networkPolicy.from=x"], "- networkPolicy.from: Invalid type. Expected: array, given: string"),
+            # helm --set leaves 7.5 a string (it types integers and booleans only): use --set-json.
+            (["config.detectors.list_storm.list_rate=7.5"],
+             "- config.detectors.list_storm.list_rate: Invalid type. Expected: number, given: string"),
+        ]
+        for args, message in cases:
+            with self.subTest(args=args):
+                self.refused(args, message)
+
+    def test_every_object_we_own_is_closed(self):
+        """additionalProperties: false wherever the chart (or the agent) owns the shape; open
+        objects are Kubernetes types (validated after rendering) or string maps."""
+        open_objects = []
+        def walk(node, path):
+            if isinstance(node, dict):
+                if node.get("type") == "object" or "properties" in node:
+                    if "properties" in node and node.get("additionalProperties") is not False:
+                        open_objects.append(path)
+                    if "properties" not in node and "additionalProperties" not in node:
+                        self.assertIn("description", node, "%s: an open object says what it holds" % path)
+                for k, v in node.items():
+                    walk(v, path + "/" + k)
+            elif isinstance(node, list):
+                for i, v in enumerate(node):
+                    walk(v, "%s/%d" % (path, i))
+        walk(self.schema, "")
+        self.assertEqual(open_objects, [])
+        self.assertEqual(self.schema["$schema"], "http://json-schema.org/draft-07/schema#")
+        with open(os.path.join(chart.CHART, "values.yaml")) as f:
+            defaults = yaml.safe_load(f)
+        # Every top-level value has a schema, and only those.
+        self.assertEqual(set(self.schema["properties"]) - {"global"}, set(defaults))
+
+    def test_config_schema_is_the_agents(self):
+        """values.schema.json's config = `stormwatch config-schema` minus the chart's own keys:
+        regenerate with python3 tests/helm/chart.py write-schema."""
+        if not os.path.exists(AGENT):
+            self.fail("missing %s (build the stormwatch target)" % AGENT)
+        expected = chart.agent_config_schema()
+        self.assertEqual(self.schema["properties"]["config"], expected,
+                         "values.schema.json's config is stale: run python3 tests/helm/chart.py write-schema")
+        for k in CHART_OWNED_KEYS:
+            self.assertNotIn(k, expected["properties"])
+
+    def test_image_repository_is_required(self):
+        r = chart.render(image=False, check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("image.repository is required: the image built from the repository's Dockerfile", r.stderr)
+        lint = chart.lint(image=False)
+        self.assertIn("Missing required value: image.repository is required", lint.stdout + lint.stderr)
+        r = chart.render(sets=["rbacProxy.enabled=true"], check=False)
+        self.assertIn("rbacProxy.image.repository is required", r.stderr)
+        r = chart.render(sets=["rbacProxy.enabled=true", "rbacProxy.image.repository=r/krp"], check=False)
+        self.assertIn("rbacProxy.image.tag or rbacProxy.image.digest is required", r.stderr)
+        with open(os.path.join(chart.CHART, "values.yaml")) as f:
+            self.assertEqual(yaml.safe_load(f)["image"]["repository"], "")
+
+
+class IntegrationTest(unittest.TestCase):
+    """kube-prometheus-stack, kube-rbac-proxy, NetworkPolicy, scrape limits, alert labels."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.schemas = chart.Schemas()
+
+    def render(self, values_file=None, sets=()):
+        objs = chart.objects(chart.render(values_file, sets=sets))
+        for o in objs:
+            self.assertEqual(self.schemas.errors(o), [], "%s %s" % (o["kind"], o["metadata"]["name"]))
+        return objs
+
+    def test_kube_prometheus_stack_values(self):
+        """Its Prometheus selects by release=<its release>: exactly the chart's labels plus that."""
+        objs = self.render(os.path.join(chart.CHART, "ci", "kube-prometheus-stack-values.yaml"))
+        (ds,) = chart.find(objs, "DaemonSet")
+        chart_labels = ds["metadata"]["labels"]
+        for kind in ("ServiceMonitor", "PrometheusRule"):
+            (o,) = chart.find(objs, kind)
+            self.assertEqual(o["metadata"]["labels"], dict(chart_labels, release="kube-prometheus-stack"), kind)
+            self.assertEqual(o["metadata"]["namespace"], "monitoring")
+        (pr,) = chart.find(objs, "PrometheusRule")
+        for g in pr["spec"]["groups"]:
+            for r in g["rules"]:
+                self.assertEqual(r["labels"], {"severity": r["labels"]["severity"], "namespace": "monitoring"})
+                self.assertTrue(r["annotations"]["runbook_url"].startswith(
+                    "https://git.example.com/platform/stormwatch/-/blob/main/docs/runbooks/"))
+        (dash,) = [c for c in chart.find(objs, "ConfigMap") if c["metadata"]["name"].endswith("-dashboard")]
+        self.assertEqual(dash["metadata"]["labels"]["grafana_dashboard"], "1")
+        # prometheusLabels also reach a PodMonitor; an object's additionalLabels win.
+        objs = self.render(sets=["prometheusLabels.release=kps", "podMonitor.enabled=true", "service.enabled=false",
+                                 "podMonitor.additionalLabels.release=other", "prometheusRule.enabled=true"])
+        (pm,) = chart.find(objs, "PodMonitor")
+        self.assertEqual(pm["metadata"]["labels"]["release"], "other")
+        (pr,) = chart.find(objs, "PrometheusRule")
+        self.assertEqual(pr["metadata"]["labels"]["release"], "kps")
+
+    def test_scrape_limits(self):
+        for kind, key in (("ServiceMonitor", "serviceMonitor"), ("PodMonitor", "podMonitor")):
+            with self.subTest(kind=kind):
+                base = ["%s.enabled=true" % key] + (["service.enabled=false"] if kind == "PodMonitor" else [])
+                (m,) = chart.find(self.render(sets=base), kind)
+                self.assertEqual((m["spec"]["sampleLimit"], m["spec"]["labelLimit"]), (501 * 200, 30))
+                (m,) = chart.find(self.render(sets=base + ["config.limits.max_clients=1000"]), kind)
+                self.assertEqual(m["spec"]["sampleLimit"], 1001 * 200)   # follows the agent's cap
+                (m,) = chart.find(self.render(sets=base + ["%s.sampleLimit=5000" % key,
+                                                           "%s.labelLimit=40" % key]), kind)
+                self.assertEqual((m["spec"]["sampleLimit"], m["spec"]["labelLimit"]), (5000, 40))
+
+    def test_rbac_proxy(self):
+        objs = self.render(os.path.join(chart.CHART, "ci", "rbac-proxy-values.yaml"))
+        (ds,) = chart.find(objs, "DaemonSet")
+        pod = ds["spec"]["template"]["spec"]
+        self.assertEqual([c["name"] for c in pod["containers"]], ["agent", "kube-rbac-proxy"])
+        proxy = pod["containers"][1]
+        self.assertEqual(proxy["image"], "registry.example.com/brancz/kube-rbac-proxy:v0.18.1")
+        self.assertEqual(proxy["args"], [
+            "--secure-listen-address=0.0.0.0:9847", "--upstream=http://127.0.0.1:9849/", "--allow-paths=/metrics",
+            "--tls-cert-file=/etc/kube-rbac-proxy/tls/tls.crt",
+            "--tls-private-key-file=/etc/kube-rbac-proxy/tls/tls.key"])
+        self.assertEqual(proxy["ports"], [{"name": "metrics", "containerPort": 9847, "protocol": "TCP"}])
+        sc = proxy["securityContext"]
+        self.assertEqual((sc["privileged"], sc["allowPrivilegeEscalation"], sc["readOnlyRootFilesystem"],
+                          sc["runAsNonRoot"], sc["capabilities"]), (False, False, True, True, {"drop": ["ALL"]}))
+        self.assertEqual(yaml.safe_load(config_file(objs))["metrics_address"], "127.0.0.1:9849")
+        self.assertEqual([p["name"] for p in agent_container(pod)["ports"]], ["health"])
+        (sm,) = chart.find(objs, "ServiceMonitor")
+        ep = sm["spec"]["endpoints"][0]
+        self.assertEqual((ep["port"], ep["scheme"], ep["bearerTokenFile"]),
+                         ("metrics", "https", "/var/run/secrets/kubernetes.io/serviceaccount/token"))
+        self.assertEqual(ep["tlsConfig"], {"serverName": "stormwatch.monitoring.svc",
+                                           "ca": {"secret": {"name": "stormwatch-metrics-tls", "key": "ca.crt"}}})
+        # Self-signed without a Secret; PodMonitor needs a token Secret; the proxy needs a token.
+        (sm,) = chart.find(self.render(sets=["rbacProxy.enabled=true", "rbacProxy.image.repository=r/krp",
+                                             "rbacProxy.image.tag=v1", "serviceMonitor.enabled=true"]), "ServiceMonitor")
+        self.assertEqual(sm["spec"]["endpoints"][0]["tlsConfig"], {"insecureSkipVerify": True})
+        proxy_sets = ["rbacProxy.enabled=true", "rbacProxy.image.repository=r/krp", "rbacProxy.image.tag=v1"]
+        r = chart.render(sets=proxy_sets + ["podMonitor.enabled=true"], check=False)
+        self.assertIn("rbacProxy.enabled with podMonitor.enabled needs rbacProxy.bearerTokenSecret", r.stderr)
+        (pm,) = chart.find(self.render(sets=proxy_sets + [
+            "podMonitor.enabled=true", "rbacProxy.bearerTokenSecret.name=prom-token",
+            "rbacProxy.bearerTokenSecret.key=token"]), "PodMonitor")
+        self.assertEqual(pm["spec"]["podMetricsEndpoints"][0]["authorization"],
+                         {"type": "Bearer", "credentials": {"name": "prom-token", "key": "token"}})
+        r = chart.render(sets=proxy_sets + ["serviceAccount.automountServiceAccountToken=false"], check=False)
+        self.assertIn("rbacProxy.enabled needs serviceAccount.automountServiceAccountToken", r.stderr)
+
+    def test_network_policy(self):
+        objs = self.render(os.path.join(chart.CHART, "ci", "rbac-proxy-values.yaml"))
+        (np,) = chart.find(objs, "NetworkPolicy")
+        (ds,) = chart.find(objs, "DaemonSet")
+        self.assertEqual(np["spec"]["podSelector"]["matchLabels"], ds["spec"]["selector"]["matchLabels"])
+        self.assertEqual(np["spec"]["policyTypes"], ["Ingress"])
+        self.assertEqual(np["spec"]["ingress"], [{
+            "ports": [{"port": "metrics", "protocol": "TCP"}],
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                      "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}},
+                     {"ipBlock": {"cidr": "10.0.0.0/8"}}]}])
+        self.assertEqual(chart.find(self.render(), "NetworkPolicy"), [])
+        r = chart.render(sets=["networkPolicy.enabled=true", "networkPolicy.namespaceSelector=null",
+                               "networkPolicy.podSelector=null"], check=False)
+        self.assertIn("networkPolicy.enabled needs namespaceSelector, podSelector or from", r.stderr)
+
+    def test_alert_labels_for_and_runbooks(self):
+        spec = chart.rule_groups(namespace="platform-monitoring")
+        rules = [r for g in spec["groups"] for r in g["rules"]]
+        for r in rules:
+            self.assertEqual(set(r["labels"]), {"severity", "namespace"}, r["alert"])
+            self.assertEqual(r["labels"]["namespace"], "platform-monitoring")
+            self.assertIn("for", r, r["alert"])
+            self.assertTrue(r["annotations"]["runbook_url"].startswith("https://stormwatch.invalid/docs/runbooks/"))
+            if r["labels"]["severity"] == "critical":
+                self.assertEqual(r["for"], "1m", "critical alerts never page on one scrape")
+            for text in (r["annotations"]["summary"], r["annotations"]["description"]):
+                self.assertNotIn("[[", text)
+        # Thresholds in the texts are the agent's config, not numbers written in the catalog.
+        spec = chart.rule_groups(sets=["config.detectors.update_loop.object_rate=7",
+                                       "config.detectors.list_storm.bytes_rate=10485760",
+                                       "prometheusRule.for=2m", "runbookBaseURL=https://docs.example.com/rb/"])
+        by = {r["alert"]: r for g in spec["groups"] for r in g["rules"]}
+        self.assertIn("at least 7 writes/s on one object for 10 s", by["StormwatchUpdateLoop"]["annotations"]["description"])
+        self.assertIn("or 10 MiB/s for 15 s", by["StormwatchListStorm"]["annotations"]["description"])
+        self.assertEqual(by["StormwatchUpdateLoop"]["for"], "2m")
+        self.assertEqual(by["StormwatchAgentAbsent"]["for"], "15m")  # agent health keeps its own
+        self.assertEqual(by["StormwatchUpdateLoop"]["annotations"]["runbook_url"],
+                         "https://docs.example.com/rb/update_loop.md")
+        # A storm label set wins over additionalAlertLabels? No: severity/namespace are the chart's.
+        spec = chart.rule_groups(sets=["prometheusRule.additionalAlertLabels.namespace=x"])
+        self.assertEqual(spec["groups"][0]["rules"][0]["labels"]["namespace"], "stormwatch")
+
+    def test_no_foreign_repository_url(self):
+        """The repository has no public home yet: nothing may point at a GitHub account that is
+        not the project's (the old runbook links did)."""
+        hits = []
+        for root in (chart.CHART, os.path.join(chart.REPO, "deploy"), os.path.join(chart.REPO, "docs", "helm.md")):
+            paths = [root] if os.path.isfile(root) else [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+            for path in paths:
+                with open(path, errors="replace") as f:
+                    if "github.com" in f.read():
+                        hits.append(os.path.relpath(path, chart.REPO))
+        self.assertEqual(hits, [])
 
 
 class ImageTest(unittest.TestCase):
