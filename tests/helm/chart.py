@@ -309,8 +309,24 @@ def api_server_checks(obj):
 
 def exported_metrics(readme=os.path.join(REPO, "README.md")):
     """Metric names of the README's metrics table (the agent's metrics contract)."""
+    names = set()
     with open(readme) as f:
-        return set(re.findall(r"^\| `(stormwatch_[a-z_]+)`", f.read(), re.M))
+        for line in f:
+            if line.startswith("| `stormwatch_"):   # a row may name several: `a`, `b` | labels |
+                names |= set(re.findall(r"`(stormwatch_[a-z_]+)`", line.split("|")[1]))
+    return names
+
+
+def source_metric_families(exporters=os.path.join(REPO, "exporters")):
+    """Metric family names the agent exports: every "stormwatch_..." string literal of
+    exporters/*.cc (`.Name("...")` of prometheus-cpp families, and the hand-built exempt family's
+    constant)."""
+    names = set()
+    for f in sorted(os.listdir(exporters)):
+        if f.endswith(".cc"):
+            with open(os.path.join(exporters, f)) as fh:
+                names |= set(re.findall(r'"(stormwatch_[a-z_]+)"', fh.read()))
+    return names
 
 
 def families(names, exported):

@@ -784,6 +784,25 @@ class IntegrationTest(unittest.TestCase):
         self.assertEqual(hits, [])
 
 
+class DashboardTest(unittest.TestCase):
+    def test_every_exported_family_has_a_panel(self):
+        """Every metric family the agent registers (exporters/*.cc) is queried by at least one
+        panel, and the dashboard carries no 'planned'/'not exported' placeholder."""
+        families = chart.source_metric_families()
+        self.assertGreaterEqual(len(families), 30, families)
+        self.assertEqual(families - chart.exported_metrics(), set(), "registered but not in README's metrics table")
+        used = set()
+        for where, expr in chart.dashboard_exprs():
+            if where.startswith("panel"):
+                used |= chart.families(chart.metric_names(chart.grafana_expr(expr)), families)
+        self.assertEqual(families - used, set(), "metric families without a dashboard panel")
+        with open(chart.DASHBOARD) as f:
+            text = f.read().lower()
+        for stale in ("planned", "not exported", "todo"):
+            self.assertNotIn(stale, text)
+        print("\ndashboard: all %d exported families in panels" % len(families), file=sys.stderr)
+
+
 class ImageTest(unittest.TestCase):
     """The Dockerfile cannot be built here (no docker); what it runs can be checked."""
 
