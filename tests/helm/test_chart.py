@@ -803,6 +803,40 @@ class DashboardTest(unittest.TestCase):
         print("\ndashboard: all %d exported families in panels" % len(families), file=sys.stderr)
 
 
+class MetadataTest(unittest.TestCase):
+    def test_license_changelog_security_and_chart_metadata(self):
+        with open(os.path.join(chart.REPO, "LICENSE")) as f, open("/usr/share/common-licenses/Apache-2.0") as g:
+            self.assertEqual(f.read(), g.read(), "LICENSE is the Apache-2.0 text")
+        with open(os.path.join(chart.REPO, "CHANGELOG.md")) as f:
+            changelog = f.read()
+        with open(os.path.join(chart.CHART, "Chart.yaml")) as f:
+            meta = yaml.safe_load(f)
+        self.assertIn("## [%s] - " % meta["appVersion"], changelog)
+        self.assertIn("## [Unreleased]", changelog)
+        with open(os.path.join(chart.REPO, "SECURITY.md")) as f:
+            security = f.read()
+        for needed in ("## Reporting a vulnerability", "reads the memory of kube-apiserver and etcd",
+                       "secrets never leave the agent", "CAP_BPF"):
+            self.assertIn(needed, security)
+        for key in ("home", "sources", "icon", "maintainers"):
+            self.assertTrue(meta.get(key), key)
+        self.assertTrue(meta["icon"].startswith("data:image/svg+xml;base64,"))
+        for url in [meta["home"]] + meta["sources"]:
+            self.assertRegex(url, r"^https://stormwatch\.invalid/", "placeholder until the project has a home")
+
+    def test_kernel_floor_is_stated(self):
+        floor = "5.17"
+        notes = chart.render(notes=True)
+        self.assertIn("Linux 5.17+ (the BPF object uses bpf_loop) with BTF", notes)
+        self.assertIn("x86_64", notes)
+        for path in (os.path.join(chart.CHART, "README.md"), os.path.join(chart.REPO, "docs", "helm.md"),
+                     os.path.join(chart.CHART, "ci", "old-kernel-values.yaml")):
+            with open(path) as f:
+                text = f.read()
+            self.assertIn(floor, text, path)
+            self.assertNotIn("5.8-5.10", text, path)
+
+
 class ImageTest(unittest.TestCase):
     """The Dockerfile cannot be built here (no docker); what it runs can be checked."""
 
