@@ -234,5 +234,42 @@ class RulesTest(unittest.TestCase):
         self.assertNotEqual(promtool("check", "rules", bad).returncode, 0)
 
 
+AMTOOL = shutil.which("amtool") or "/usr/bin/amtool"
+ROUTING = os.path.join(chart.REPO, "deploy", "alertmanager", "stormwatch-routing.yaml")
+
+
+class RoutingExampleTest(unittest.TestCase):
+    """deploy/alertmanager/stormwatch-routing.yaml (docs/helm.md): a valid Alertmanager config
+    that routes the chart's alerts by the labels they really carry."""
+
+    def route(self, labels):
+        r = subprocess.run([AMTOOL, "config", "routes", "test", "--config.file", ROUTING,
+                            *["%s=%s" % kv for kv in sorted(labels.items())]],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.strip()
+
+    def test_check_config_and_routes(self):
+        r = subprocess.run([AMTOOL, "check-config", ROUTING], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        rules = {r["alert"]: r for g in chart.rule_groups()["groups"] for r in g["rules"]}
+        by_receiver = {}
+        for name, rule in rules.items():
+            labels = dict(rule["labels"], alertname=name, prometheus="monitoring/kube-prometheus-stack-prometheus")
+            if "storm=" in rule["expr"]:
+                labels["storm"] = rule["expr"].split('storm="')[1].split('"')[0]
+            got = self.route(labels)
+            want = "platform-pager" if rule["labels"]["severity"] == "critical" else "platform-tickets"
+            self.assertEqual(got, want, name)
+            by_receiver.setdefault(got, set()).add(name)
+            # The agent's direct push of a storm (no `prometheus` label) is dropped.
+            if "storm" in labels:
+                del labels["prometheus"]
+                self.assertEqual(self.route(labels), "null", name)
+        self.assertEqual(by_receiver["platform-pager"],
+                         {"StormwatchUpdateLoop", "StormwatchListStorm", "StormwatchEtcdRangeStorm"})
+        self.assertEqual(self.route({"alertname": "Watchdog"}), "default")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
