@@ -472,7 +472,8 @@ class ChartTest(unittest.TestCase):
             m = re.search(r'stormwatch_storm_active\{storm="([a-z_]+)"\}', r["expr"])
             if m:
                 by_storm.setdefault(m.group(1), []).append(r)
-                self.assertTrue(r["expr"].startswith("max by (storm, client, group, resource) ("), r["expr"])
+                self.assertTrue(r["expr"].startswith("max by (storm, client, group, resource, object_namespace) ("),
+                                r["expr"])
                 self.assertIn("$labels.client", r["annotations"]["summary"] + r["annotations"]["description"])
                 if m.group(1) != "exempt_client":  # a property of the identity, not of a resource
                     self.assertIn("$labels.resource", r["annotations"]["summary"] + r["annotations"]["description"])
@@ -508,7 +509,8 @@ class ChartTest(unittest.TestCase):
         (_, values_file), = [v for v in self.variants if v[0] == "servicemonitor"]
         spec = chart.rule_groups(values_file)
         r = spec["groups"][0]["rules"][0]
-        self.assertTrue(r["expr"].startswith("max by (storm, client, group, resource, cluster) ("), r["expr"])
+        self.assertTrue(r["expr"].startswith("max by (storm, client, group, resource, object_namespace, cluster) ("),
+                        r["expr"])
         self.assertEqual(r["labels"]["team"], "platform")
 
     def test_plain_rules_file_is_the_chart_rules(self):
@@ -665,7 +667,8 @@ class IntegrationTest(unittest.TestCase):
         (pr,) = chart.find(objs, "PrometheusRule")
         for g in pr["spec"]["groups"]:
             for r in g["rules"]:
-                self.assertEqual(r["labels"], {"severity": r["labels"]["severity"], "namespace": "monitoring"})
+                self.assertEqual(r["labels"], {"severity": r["labels"]["severity"],
+                                               "namespace": namespace_label(r, "monitoring")})
                 self.assertTrue(r["annotations"]["runbook_url"].startswith(
                     "https://git.example.com/platform/stormwatch/-/blob/main/docs/runbooks/"))
         (dash,) = [c for c in chart.find(objs, "ConfigMap") if c["metadata"]["name"].endswith("-dashboard")]
@@ -749,7 +752,7 @@ class IntegrationTest(unittest.TestCase):
         rules = [r for g in spec["groups"] for r in g["rules"]]
         for r in rules:
             self.assertEqual(set(r["labels"]), {"severity", "namespace"}, r["alert"])
-            self.assertEqual(r["labels"]["namespace"], "platform-monitoring")
+            self.assertEqual(r["labels"]["namespace"], namespace_label(r, "platform-monitoring"))
             self.assertIn("for", r, r["alert"])
             self.assertTrue(r["annotations"]["runbook_url"].startswith("https://stormwatch.invalid/docs/runbooks/"))
             if r["labels"]["severity"] == "critical":
@@ -769,7 +772,8 @@ class IntegrationTest(unittest.TestCase):
                          "https://docs.example.com/rb/update_loop.md")
         # A storm label set wins over additionalAlertLabels? No: severity/namespace are the chart's.
         spec = chart.rule_groups(sets=["prometheusRule.additionalAlertLabels.namespace=x"])
-        self.assertEqual(spec["groups"][0]["rules"][0]["labels"]["namespace"], "stormwatch")
+        self.assertEqual(spec["groups"][0]["rules"][0]["labels"]["namespace"],
+                         namespace_label(spec["groups"][0]["rules"][0], "stormwatch"))
 
     def test_no_foreign_repository_url(self):
         """The repository has no public home yet: nothing may point at a GitHub account that is
@@ -877,6 +881,15 @@ def config_file(objs):
     (vol,) = [v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
     (cm,) = [o for o in chart.find(objs, "ConfigMap") if o["metadata"]["name"] == vol["configMap"]["name"]]
     return cm["data"]["config.yaml"]
+
+
+def namespace_label(rule, release_namespace):
+    """The `namespace` label an alert rule must set: a storm's objects' namespace where the series
+    has one (object_namespace), else the release namespace; agent health: the release namespace."""
+    if "stormwatch_storm_active" in rule["expr"]:
+        return ("{{ if $labels.object_namespace }}{{ $labels.object_namespace }}{{ else }}%s{{ end }}"
+                % release_namespace)
+    return release_namespace
 
 
 def agent_container(pod):

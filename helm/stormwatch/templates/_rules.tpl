@@ -6,7 +6,9 @@ spec and, rendered with default values, as deploy/prometheus/stormwatch-rules.ya
 {{- $catalog := .Files.Get "files/alerts.yaml" | fromYaml -}}
 {{- if $catalog.Error }}{{ fail (printf "files/alerts.yaml: %s" $catalog.Error) }}{{ end -}}
 {{- $base := trimSuffix "/" .Values.runbookBaseURL -}}
-{{- $by := concat (list "storm" "client" "group" "resource") ($cfg.additionalAggregationLabels | default list) | uniq | join ", " -}}
+{{- /* object_namespace: the namespace of the storm's objects, once stormwatch_storm_active carries
+it (the agent's Alertmanager push already sends it as `namespace`); absent labels aggregate away. */ -}}
+{{- $by := concat (list "storm" "client" "group" "resource" "object_namespace") ($cfg.additionalAggregationLabels | default list) | uniq | join ", " -}}
 {{- $groups := list -}}
 {{- range $kind := list "storms" "agent" -}}
 {{- $rules := list -}}
@@ -20,7 +22,11 @@ spec and, rendered with default values, as deploy/prometheus/stormwatch-rules.ya
 {{- $expr = replace "JOB_REGEX" $cfg.jobRegex $a.expr -}}
 {{- end -}}
 {{- /* severity and namespace (Alertmanager routes and groups by them) win over additionalAlertLabels. */ -}}
-{{- $labels := dict "severity" (default $a.severity $o.severity) "namespace" $.Release.Namespace -}}
+{{- $ns := $.Release.Namespace -}}
+{{- if eq $kind "storms" -}}
+{{- $ns = printf "{{ if $labels.object_namespace }}{{ $labels.object_namespace }}{{ else }}%s{{ end }}" $.Release.Namespace -}}
+{{- end -}}
+{{- $labels := dict "severity" (default $a.severity $o.severity) "namespace" $ns -}}
 {{- $labels = merge $labels (deepCopy ($cfg.additionalAlertLabels | default dict)) -}}
 {{- /* Thresholds in the texts come from the agent's config: [[key]] is config.detectors.<storm>.<key>,
 [[key:MiB]] the same in MiB. */ -}}
