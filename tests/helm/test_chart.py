@@ -296,7 +296,8 @@ class ChartTest(unittest.TestCase):
             with self.subTest(override=override):
                 # values.schema.json refuses these first (ValuesSchemaTest); the agent is the
                 # second line, for a file written by hand or a render that skipped the schema.
-                objs = chart.objects(chart.render(sets=[override], extra=["--skip-schema-validation"]))
+                # --set-json: helm --set would make 1.5 a string.
+                objs = chart.objects(chart.render(extra=["--skip-schema-validation", "--set-json", override]))
                 lines = config_file(objs).splitlines()
                 (line,) = [i + 1 for i, text in enumerate(lines) if text.strip() == line_text]
                 r = run_agent(objs)
@@ -572,7 +573,7 @@ class ValuesSchemaTest(unittest.TestCase):
             (["config.detectors.list_storm.sustian_s=5"],
              "- config.detectors.list_storm: Additional property sustian_s is not allowed"),
             (["config.detectors.list_storm.sustain_s=abc"],
-             "- config.detectors.list_storm.sustain_s: Invalid type. Expected: number, given: string"),
+             "- config.detectors.list_storm.sustain_s: Invalid type. Expected: integer, given: string"),
             (["config.detectors.update_loop.object_rate=-2"], "- config.detectors.update_loop.object_rate: Must be greater than"),
             (["serviceMonitor.interval=15 s"], "- serviceMonitor.interval: Does not match pattern"),
             (["serviceMonitor.sampleLimit=-1"], "- serviceMonitor.sampleLimit: Must be greater than or equal to 0"),
