@@ -217,6 +217,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     for (int i = 0; i < SW_DROP_CAUSE_COUNT; ++i) {
       exporter->SetCaptureLoss(kDropCauseNames[i], drops.by_cause[i]);
     }
+    exporter->SetCaptureLoss("event_handler_failed", (*probes)->handler_failures());
     exporter->SetCaptureLoss("client_cert_unreadable", cert_identities.read_errors());
     exporter->SetCaptureLoss("connection_address_unreadable", http1_ends.read_errors());
     if (health) health->SetDebugClients(pipeline.ClientsSnapshot(now).dump());

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "agent/agent.h"
+#include "agent/config/config_file.h"
 #include "agent/options.h"
 #include "agent/replay.h"
 
@@ -25,6 +26,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     return stormwatch::RunReplay(*replay);
+  }
+  if (argc == 2 && std::string_view(argv[1]) == "config-schema") {
+    std::fputs(stormwatch::ConfigJsonSchema().c_str(), stdout);
+    return 0;
   }
   auto options = stormwatch::ParseAgentOptions(argc, argv);
   if (!options) {

@@ -204,7 +204,7 @@ Capture:
                              offline by `stormwatch replay FILE`
   --record-max-bytes N       rotate the capture file at N bytes (default: 268435456)
   --record-files K           keep at most K files: FILE, FILE.1, ... (default: 4)
-Runaway UPDATE loop detector (STORMS.md section 1):
+Runaway UPDATE loop detector (docs/storms.md):
   --update-loop-object-rate R        writes/s on one object (default: 5)
   --update-loop-object-sustain S     seconds it must hold (default: 10)
   --update-loop-resource-rate R      writes/s by one client on one resource (default: 100)
@@ -212,7 +212,8 @@ Runaway UPDATE loop detector (STORMS.md section 1):
   --update-loop-resolve S            calm seconds before the alert resolves (default: 10)
 
 Alerts are written to stdout as one JSON line per transition; logs go to stderr.
-`stormwatch replay --help` for replaying a capture file.
+`stormwatch replay --help` for replaying a capture file; `stormwatch config-schema` prints
+the JSON Schema of the configuration file.
 )";
 }
 

@@ -87,7 +87,7 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                    .Register(*registry_);
   storm_active_ = &prometheus::BuildGauge()
                        .Name("stormwatch_storm_active")
-                       .Help("1 while a storm is firing for this client and resource.")
+                       .Help("1 while a storm is firing for this client and resource; severity as in its alert.")
                        .Register(*registry_);
   storms_total_ = &prometheus::BuildCounter()
                        .Name("stormwatch_storms_total")

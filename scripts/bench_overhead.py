@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Overhead of the stormwatch agent on an HTTP/2 API server (issue 3 item 7, issue 13 items 2, 4).
+"""Overhead of the stormwatch agent on an HTTP/2 API server: throughput, latency, agent CPU and BPF time per request.
 
     sudo STORMWATCH_BUILD_DIR=build STORMWATCH_GO_OUT=build/go \\
         /usr/bin/python3 scripts/bench_overhead.py [--server apiext|test] [--quick]
@@ -59,7 +59,7 @@ DEBIAN_DIR = os.environ.get("STORMWATCH_DEBIAN_DIR", os.path.join(BUILD_DIR, "de
 # The etcd the real API server runs on in the e2e tests (test_real_apiserver.py): 3.5 from forky.
 ETCD_3_5 = os.path.join(DEBIAN_DIR, "forky/root/usr/bin/etcd")
 
-# Targets (issue 3 item 7, issue 13).
+# Targets of the overhead benchmark (docs/benchmark.md).
 MIN_SAT_RATIO = 0.97       # throughput with/without at saturation
 MAX_P99_INCREASE = 0.10    # p99 increase (both modes)
 

@@ -48,7 +48,7 @@ TEST_PKGS=(
   golang-1.21-go golang-1.22-go golang-1.23-go
   golang-k8s-sigs-yaml-dev   # test API server: YAML bodies and apply patches (also an etcd-dev dep)
   nghttp2-client curl        # h2load, real HTTP/2 clients
-  python3-kubernetes         # the seed-002 client (HTTP/1.1)
+  python3-kubernetes         # the real Python client (HTTP/1.1; its LIST loop in the list_storm tests)
   openssl jq procps iproute2 binutils
   prometheus prometheus-alertmanager
   python3-yaml python3-jsonschema      # tests/helm: rendered manifests against the OpenAPI/CRD schemas

@@ -43,6 +43,9 @@ class StormAlert {
   void Refresh(StormEvidence evidence) {
     const StormEvidence& fired = firing_->fired;
     if (resolved_evidence_ == ResolvedEvidence::kLatest) evidence.identity = fired.identity;
+    // The severity is a label of the alert (Alertmanager, stormwatch_storm_active): it stays as
+    // fired, or the resolution would name a different alert than the one that fired.
+    evidence.severity = fired.severity;
     evidence.since_ns = fired.since_ns;
     evidence.fired_ns = fired.fired_ns;
     firing_->live = std::move(evidence);

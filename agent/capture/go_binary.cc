@@ -420,6 +420,18 @@ Result<bool> GoBinary::ReadPclntab() {
     std::vector<GoFunction> functions;
     if (parsed) {
       functions.reserve(parsed->size());
+      // Names live once each in the table's name section, so their copies cannot total more
+      // than the table itself; a crafted table pointing every function at one long name
+      // would otherwise make us copy it per function (gigabytes from a 1 MB file).
+      uint64_t name_bytes = 0;
+      for (const RawFunction& raw : *parsed) name_bytes += raw.name.size();
+      if (name_bytes > 2 * uint64_t{tab.size()}) {
+        parsed = Error{"function names total " + std::to_string(name_bytes) +
+                       " bytes, more than twice the pclntab (" + std::to_string(tab.size()) +
+                       " bytes): names are shared, crafted or corrupt data"};
+      }
+    }
+    if (parsed) {
       for (const RawFunction& raw : *parsed) {
         auto offset = elf_.ExecutableFileOffset(raw.entry);
         if (!offset) {

@@ -3,18 +3,42 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
+#include <exception>
+#include <string_view>
 
 #include "gohttp.skel.h"
 
 namespace stormwatch {
 namespace {
 constexpr uint32_t kMaxSlots = 256;  // SW_MAX_TARGET_SLOTS in the BPF program
+
+// libbpf's own messages (the verifier's log when a program is refused, attach errors) into our
+// log instead of a stderr nobody reads in a pod; its debug chatter only at debug level.
+int LibbpfLog(enum libbpf_print_level level, const char* format, va_list args) {
+  char line[2048];
+  int n = std::vsnprintf(line, sizeof(line), format, args);
+  if (n <= 0) return n;
+  std::string_view text(line, std::min<size_t>(static_cast<size_t>(n), sizeof(line) - 1));
+  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  switch (level) {
+    case LIBBPF_WARN: spdlog::warn("libbpf: {}", text); break;
+    case LIBBPF_INFO: spdlog::info("libbpf: {}", text); break;
+    default: spdlog::debug("libbpf: {}", text); break;
+  }
+  return n;
 }
+}  // namespace
 
 Result<std::unique_ptr<GoHttpProbes>> GoHttpProbes::Load(size_t ring_buffer_bytes,
                                                          EventHandler on_event) {
+  libbpf_set_print(LibbpfLog);
   std::unique_ptr<GoHttpProbes> p(new GoHttpProbes());
   p->on_event_ = std::move(on_event);
   p->ncpus_ = libbpf_num_possible_cpus();
@@ -59,7 +83,11 @@ int GoHttpProbes::OnRingBufferEvent(void* ctx, void* data, size_t size) {
   auto* self = static_cast<GoHttpProbes*>(ctx);
   try {
     self->on_event_({static_cast<const uint8_t*>(data), size});
+  } catch (const std::exception& e) {
+    // Counted (stormwatch_capture_lost_total{cause="event_handler_failed"}), logged once.
+    if (self->handler_failures_++ == 0) spdlog::error("event dropped: handler failed: {}", e.what());
   } catch (...) {
+    if (self->handler_failures_++ == 0) spdlog::error("event dropped: handler failed");
   }
   return 0;
 }

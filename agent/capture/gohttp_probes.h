@@ -107,6 +107,8 @@ class GoHttpProbes {
   int Consume();
 
   DropCounts ReadDrops() const;
+  // Events the handler threw on (allocation failure): dropped, counted here.
+  uint64_t handler_failures() const { return handler_failures_; }
   // Probe hits: processHeaders, handlerDone, HTTP/1.1 read entry, read return, write, close;
   // etcd's gRPC unary entry, unary return, stream entry, stream return, watch create, watch
   // cancel, lease renew, watch stream made.
@@ -127,6 +129,7 @@ class GoHttpProbes {
   gohttp_bpf* skel_ = nullptr;
   ring_buffer* ring_ = nullptr;
   EventHandler on_event_;
+  uint64_t handler_failures_ = 0;  // only the draining thread touches it
   int ncpus_ = 1;
   struct Attachment {
     std::vector<uint32_t> slots;  // one offsets slot per stack

@@ -1,5 +1,6 @@
 #include "agent/config/config_file.h"
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -24,12 +25,14 @@ struct Problem {
 };
 using Check = std::optional<Problem>;
 
-// One key of the file: reads its node into the options (after checking it), and prints the
-// options' value back as a node.
+// One key of the file: reads its node into the options (after checking it), prints the
+// options' value back as a node, and describes what it accepts as a JSON Schema (draft-07),
+// so the Helm chart's values.schema.json is generated from the same table.
 struct ConfigKey {
   std::string path;
   std::function<Check(const YAML::Node&, AgentOptions&)> parse;
   std::function<YAML::Node(const AgentOptions&)> print;
+  nlohmann::json schema;
 };
 
 // Whole numbers in full (10000000, not 1e+07: integer keys must read back), others shortest.
@@ -54,6 +57,17 @@ struct Range {
     return (lo_exclusive ? "must be > " + FormatNumber(lo) + " and <= "
                          : "must be between " + FormatNumber(lo) + " and ") +
            FormatNumber(hi);
+  }
+  nlohmann::json Schema(bool integer) const {
+    // Whole bounds as JSON integers (1, not 1.0), as a person would write them.
+    auto number = [](double v) -> nlohmann::json {
+      if (v == std::trunc(v) && std::fabs(v) < 9.0e15) return static_cast<int64_t>(v);
+      return v;
+    };
+    nlohmann::json s = {{"type", integer ? "integer" : "number"}};
+    s[lo_exclusive ? "exclusiveMinimum" : "minimum"] = number(lo);
+    if (hi != std::numeric_limits<double>::max()) s["maximum"] = number(hi);
+    return s;
   }
 };
 
@@ -127,12 +141,39 @@ std::string ExtraLabelProblem(std::string_view name) {
   return "";
 }
 
+const nlohmann::json kNonEmptyString = {{"type", "string"}, {"minLength", 1}};
+// JSON Schema of what HttpUrlProblem accepts, and of "" or that.
+const nlohmann::json kHttpUrl = {{"pattern", "^https?://."}};
+const nlohmann::json kEmptyOrHttpUrl = {{"pattern", "^(https?://.|$)"}};
+// What AddressProblem accepts: host:port, port 1-65535 (the pattern bounds the digits only).
+const nlohmann::json kAddress = {{"pattern", "^.*:[1-9][0-9]{0,4}$"}};
+// What ExtraLabelProblem accepts.
+const nlohmann::json kExtraLabelName = {
+    {"pattern", "^[a-zA-Z_][a-zA-Z0-9_]*$"},
+    {"not", {{"anyOf", {{{"pattern", "^__"}},
+                        {{"enum", {"alertname", "storm", "severity", "client", "group", "resource",
+                                   "namespace"}}}}}}}};
+
+// What RingBufferBytesProblem accepts, as an enum.
+nlohmann::json PowersOfTwo(size_t lo, size_t hi) {
+  nlohmann::json values = nlohmann::json::array();
+  for (size_t v = lo; v <= hi; v *= 2) values.push_back(v);
+  return {{"enum", values}};
+}
+
+nlohmann::json Merged(nlohmann::json base, const nlohmann::json& more) {
+  if (more.is_object()) base.update(more);
+  return base;
+}
+
 // Keys are built through typed adders so each field is named once with its range.
 class Schema {
  public:
   // `get(options)` returns a reference to the field, const or not.
+  // `extra` checks what a range cannot say; `constraints` says the same in JSON Schema.
   template <typename T, typename Get>
-  void Number(std::string path, Get get, Range range, std::string (*extra)(T) = nullptr) {
+  void Number(std::string path, Get get, Range range, std::string (*extra)(T) = nullptr,
+              const nlohmann::json& constraints = {}) {
     keys_.push_back({std::move(path),
                      [=](const YAML::Node& n, AgentOptions& o) -> Check {
                        T value{};
@@ -145,7 +186,8 @@ class Schema {
                      },
                      [=](const AgentOptions& o) {
                        return YAML::Node(FormatNumber(static_cast<double>(get(o))));
-                     }});
+                     },
+                     Merged(range.Schema(std::is_integral_v<T>), constraints)});
   }
 
   // A std::chrono::milliseconds field, written in seconds.
@@ -160,7 +202,8 @@ class Schema {
                      },
                      [=](const AgentOptions& o) {
                        return YAML::Node(FormatNumber(get(o).count() / 1000.0));
-                     }});
+                     },
+                     range.Schema(false)});
   }
 
   template <typename Get>
@@ -174,16 +217,20 @@ class Schema {
                        get(o) = value;
                        return std::nullopt;
                      },
-                     [=](const AgentOptions& o) { return YAML::Node(get(o)); }});
+                     [=](const AgentOptions& o) { return YAML::Node(get(o)); },
+                     {{"type", "boolean"}}});
   }
 
+  // `constraints` says in JSON Schema what `check` accepts (pattern, enum, minLength).
   template <typename Get>
-  void String(std::string path, Get get, std::string (*check)(std::string_view)) {
+  void String(std::string path, Get get, std::string (*check)(std::string_view),
+              nlohmann::json constraints) {
     keys_.push_back({std::move(path),
                      [=](const YAML::Node& n, AgentOptions& o) -> Check {
                        return ParseString(n, check, get(o));
                      },
-                     [=](const AgentOptions& o) { return YAML::Node(get(o)); }});
+                     [=](const AgentOptions& o) { return YAML::Node(get(o)); },
+                     Merged({{"type", "string"}}, constraints)});
   }
 
   // A list of strings (or of numbers, for T = pid_t); `nothing` is an empty list.
@@ -214,12 +261,16 @@ class Schema {
                        list.SetStyle(YAML::EmitterStyle::Flow);
                        for (const T& item : get(o)) list.push_back(item);
                        return list;
-                     }});
+                     },
+                     {{"type", "array"},
+                      {"items", std::is_same_v<T, std::string> ? kNonEmptyString
+                                                               : kPid.Schema(true)}}});
   }
 
   // A map of non-empty strings to non-empty strings; `nothing` is an empty map.
   template <typename Get>
-  void StringMap(std::string path, Get get, std::string (*check_key)(std::string_view)) {
+  void StringMap(std::string path, Get get, std::string (*check_key)(std::string_view),
+                 nlohmann::json key_constraints) {
     keys_.push_back({std::move(path),
                      [=](const YAML::Node& n, AgentOptions& o) -> Check {
                        if (!n.IsNull() && !n.IsMap()) {
@@ -240,7 +291,10 @@ class Schema {
                        map.SetStyle(YAML::EmitterStyle::Flow);
                        for (const auto& [key, value] : get(o)) map[key] = value;
                        return map;
-                     }});
+                     },
+                     {{"type", "object"},
+                      {"propertyNames", key_constraints},
+                      {"additionalProperties", kNonEmptyString}}});
   }
 
   // The fields of one detector's config struct, under "detectors.<storm>.".
@@ -310,12 +364,14 @@ Schema BuildSchema() {
   s.List<std::string>("targets.names", [](auto& o) -> auto& { return o.target_names; });
   s.List<pid_t>("targets.pids", [](auto& o) -> auto& { return o.pids; });
   s.String("metrics_address", [](auto& o) -> auto& { return o.metrics_address; },
-           [](std::string_view a) { return AddressProblem(a); });
+           [](std::string_view a) { return AddressProblem(a); }, kAddress);
   s.String("health_address", [](auto& o) -> auto& { return o.health_address; },
-           [](std::string_view a) { return a.empty() ? std::string() : AddressProblem(a); });
-  s.String("log_level", [](auto& o) -> auto& { return o.log_level; }, LogLevelProblem);
+           [](std::string_view a) { return a.empty() ? std::string() : AddressProblem(a); },
+           {{"pattern", "^(.*:[1-9][0-9]{0,4}|)$"}});
+  s.String("log_level", [](auto& o) -> auto& { return o.log_level; }, LogLevelProblem,
+           {{"enum", {"trace", "debug", "info", "warn", "error", "critical", "off"}}});
   s.Number<size_t>("capture.ring_buffer_bytes", [](auto& o) -> auto& { return o.ring_buffer_bytes; },
-                   Range{4096, double{1u << 30}}, RingBufferBytesProblem);
+                   Range{4096, double{1u << 30}}, RingBufferBytesProblem, PowersOfTwo(4096, 1u << 30));
   s.Number<size_t>("limits.max_clients",
                    [](auto& o) -> auto& { return o.max_clients_per_metric; }, kTracked);
 
@@ -413,21 +469,28 @@ Schema BuildSchema() {
       .Allow();
 
   s.String("alertmanager.url", [](auto& o) -> auto& { return o.alertmanager.url; },
-           [](std::string_view u) { return u.empty() ? std::string() : HttpUrlProblem(u); });
+           [](std::string_view u) { return u.empty() ? std::string() : HttpUrlProblem(u); },
+           kEmptyOrHttpUrl);
+  // Held in whole milliseconds: a smaller value would be stored as 0 (no timeout at all).
   s.Seconds("alertmanager.timeout_s", [](auto& o) -> auto& { return o.alertmanager.timeout; },
-            Range{0, 300, true});
+            Range{0.001, 300});
   s.Seconds("alertmanager.resend_interval_s",
             [](auto& o) -> auto& { return o.alertmanager.resend_interval; }, kWindow);
   s.String("alertmanager.runbook_base_url",
-           [](auto& o) -> auto& { return o.alertmanager.runbook_base_url; }, HttpUrlProblem);
+           [](auto& o) -> auto& { return o.alertmanager.runbook_base_url; }, HttpUrlProblem,
+           kHttpUrl);
   s.StringMap("alertmanager.labels", [](auto& o) -> auto& { return o.alertmanager.labels; },
-              ExtraLabelProblem);
+              ExtraLabelProblem, kExtraLabelName);
 
-  s.StringMap("apf.static_mapping", [](auto& o) -> auto& { return o.apf_static_names; }, NotEmpty);
+  s.StringMap("apf.static_mapping", [](auto& o) -> auto& { return o.apf_static_names; }, NotEmpty,
+              {{"minLength", 1}});
   s.String("apf.apiserver_url", [](auto& o) -> auto& { return o.apf_source.apiserver_url; },
-           [](std::string_view u) { return u.empty() ? std::string() : HttpUrlProblem(u); });
-  s.String("apf.token_file", [](auto& o) -> auto& { return o.apf_source.token_file; }, NotEmpty);
-  s.String("apf.ca_file", [](auto& o) -> auto& { return o.apf_source.ca_file; }, NotEmpty);
+           [](std::string_view u) { return u.empty() ? std::string() : HttpUrlProblem(u); },
+           kEmptyOrHttpUrl);
+  s.String("apf.token_file", [](auto& o) -> auto& { return o.apf_source.token_file; }, NotEmpty,
+           {{"minLength", 1}});
+  s.String("apf.ca_file", [](auto& o) -> auto& { return o.apf_source.ca_file; }, NotEmpty,
+           {{"minLength", 1}});
   return s;
 }
 
@@ -557,6 +620,28 @@ std::vector<std::string> ConfigKeys() {
   std::vector<std::string> paths;
   for (const ConfigKey& k : TheSchema().keys()) paths.push_back(k.path);
   return paths;
+}
+
+std::string ConfigJsonSchema() {
+  auto section = [] {
+    return nlohmann::json{{"type", "object"},
+                          {"additionalProperties", false},
+                          {"properties", nlohmann::json::object()}};
+  };
+  nlohmann::json root = section();
+  root["$schema"] = "http://json-schema.org/draft-07/schema#";
+  root["title"] = "stormwatch agent configuration file";
+  for (const ConfigKey& k : TheSchema().keys()) {
+    nlohmann::json* node = &root;
+    std::string_view rest = k.path;
+    for (size_t dot; (dot = rest.find('.')) != std::string_view::npos; rest.remove_prefix(dot + 1)) {
+      nlohmann::json& child = (*node)["properties"][std::string(rest.substr(0, dot))];
+      if (child.is_null()) child = section();
+      node = &child;
+    }
+    (*node)["properties"][std::string(rest)] = k.schema;
+  }
+  return root.dump(2) + "\n";
 }
 
 std::string EffectiveConfigYaml(const AgentOptions& options) {

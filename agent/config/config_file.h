@@ -28,6 +28,11 @@ std::vector<std::string> ConfigKeys();
 // example file is checked against.
 std::string EffectiveConfigYaml(const AgentOptions& options);
 
+// What the file accepts, as a JSON Schema (draft-07) document: every key with its type and
+// range, unknown keys refused. `stormwatch config-schema` prints it; the Helm chart's
+// values.schema.json carries it under `config` (a test keeps the two equal).
+std::string ConfigJsonSchema();
+
 // Checks shared by the file and the flags: "" when the value is usable, else what is wrong.
 std::string AddressProblem(std::string_view host_port);
 std::string RingBufferBytesProblem(size_t bytes);

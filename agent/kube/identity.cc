@@ -287,9 +287,18 @@ Identity FromAuthorization(std::string_view authorization) {
   size_t space = auth.find(' ');
   std::string_view scheme = auth.substr(0, space);
   if (!EqualsIgnoreCase(scheme, "bearer")) {
-    std::string shown =
-        scheme.size() <= 16 && IsPrintableName(scheme) ? std::string(scheme) : std::string("?");
-    return Unknown(auth, "authorization scheme " + shown + " is not Bearer");
+    if (space == std::string_view::npos) return Unknown(auth, "authorization value has no scheme");
+    // Only a registered scheme name is shown: the first word of a malformed value may be the
+    // secret itself, and the reason is exported.
+    static constexpr std::string_view kKnownSchemes[] = {
+        "Basic", "Digest", "Negotiate", "NTLM", "Token", "HOBA", "Mutual", "OAuth",
+        "SCRAM-SHA-1", "SCRAM-SHA-256", "vapid", "AWS4-HMAC-SHA256", "DPoP", "PrivateToken"};
+    for (std::string_view known : kKnownSchemes) {
+      if (EqualsIgnoreCase(scheme, known)) {
+        return Unknown(auth, "authorization scheme " + std::string(known) + " is not Bearer");
+      }
+    }
+    return Unknown(auth, "unrecognized authorization scheme (not Bearer)");
   }
   std::string_view rest =
       space == std::string_view::npos ? std::string_view() : auth.substr(space + 1);

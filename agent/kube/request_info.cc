@@ -544,7 +544,11 @@ Result<size_t> ValidateLabelSelector(std::string_view selector) {
 }
 
 RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_query) {
-  auto [raw_path, raw_query] = SplitTarget(path_and_query);
+  // Named variables, not a structured binding: a lambda below captures raw_query, which
+  // clang before 16 refuses for bindings.
+  const auto target = SplitTarget(path_and_query);
+  const std::string_view raw_path = target.first;
+  const std::string_view raw_query = target.second;
 
   // Start as a non-resource request until proven otherwise. Go's URL.Path is the decoded
   // path; a target Go could not parse never reaches the apiserver, so keep it raw.

@@ -375,7 +375,8 @@ void RequestPipeline::Tick(int64_t now_ns) {
       exporter_->SetStormActive({{"storm", e.storm},
                                  {"client", client},
                                  {"group", e.api_group},
-                                 {"resource", e.resource}},
+                                 {"resource", e.resource},
+                                 {"severity", e.severity}},
                                 firing);
       if (firing) exporter_->CountStormStarted(e.storm);
       on_transition_(t);

@@ -4,8 +4,13 @@
 #include "agent/config/config_file.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <functional>
+
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -199,7 +204,10 @@ TEST(ConfigFile, BadValuesAreRefusedWithPathAndLine) {
        "cfg.yaml: alertmanager.labels: not a label name (letters, digits and '_', not starting "
        "with a digit or __) (line 3)"},
       {"alertmanager:\n  timeout_s: 0\n",
-       "cfg.yaml: alertmanager.timeout_s: must be > 0 and <= 300, got 0 (line 2)"},
+       "cfg.yaml: alertmanager.timeout_s: must be between 0.001 and 300, got 0 (line 2)"},
+      // Held in milliseconds: 0.0004 s would be stored as 0 and the printed config refused.
+      {"alertmanager:\n  timeout_s: 0.0004\n",
+       "cfg.yaml: alertmanager.timeout_s: must be between 0.001 and 300, got 0.0004 (line 2)"},
       {"limits:\n  max_clients: 0\n",
        "cfg.yaml: limits.max_clients: must be between 1 and 10000000, got 0 (line 2)"},
       {"log_level: info\nlog_level: debug\n", "cfg.yaml: log_level: duplicate key (line 2)"},
@@ -247,6 +255,151 @@ TEST(ConfigFile, BoundsAreInclusiveWhereDocumented) {
     auto o = Apply(c.yaml);
     EXPECT_EQ(o.ok(), c.ok) << c.yaml << (o.ok() ? "" : ": " + o.error());
   }
+}
+
+TEST(ConfigFile, SmallestTimeoutSurvivesTheRoundTrip) {
+  auto o = Apply("alertmanager: {timeout_s: 0.001}");
+  ASSERT_TRUE(o.ok()) << o.error();
+  EXPECT_EQ(o->alertmanager.timeout.count(), 1);
+  auto again = Apply(EffectiveConfigYaml(*o));
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again->alertmanager.timeout.count(), 1);
+}
+
+// ---- the JSON Schema (stormwatch config-schema, the chart's values.schema.json) ----
+
+// `value` (YAML flow text) at the key path `path`, as a one-key document.
+std::string AtPath(const std::string& path, const std::string& value) {
+  std::string doc = value;
+  size_t end = path.size();
+  while (true) {
+    size_t dot = path.rfind('.', end - 1);
+    size_t start = dot == std::string::npos ? 0 : dot + 1;
+    doc = "{" + path.substr(start, end - start) + ": " + doc + "}";
+    if (dot == std::string::npos) break;
+    end = dot;
+  }
+  return doc;
+}
+
+std::string Num(double v) {
+  std::ostringstream out;
+  out.precision(17);
+  out << v;
+  return out.str();
+}
+
+// Every leaf of the schema with its key path.
+void Leaves(const nlohmann::json& node, const std::string& path,
+            const std::function<void(const std::string&, const nlohmann::json&)>& visit) {
+  if (node.value("type", "") != "object" || !node.contains("properties")) {
+    visit(path, node);
+    return;
+  }
+  for (const auto& [name, child] : node["properties"].items()) {
+    Leaves(child, path.empty() ? name : path + "." + name, visit);
+  }
+}
+
+TEST(ConfigSchema, NamesEveryKeyAndRefusesUnknownOnes) {
+  nlohmann::json schema = nlohmann::json::parse(ConfigJsonSchema());
+  EXPECT_EQ(schema["$schema"], "http://json-schema.org/draft-07/schema#");
+  std::vector<std::string> leaves;
+  Leaves(schema, "", [&](const std::string& path, const nlohmann::json&) { leaves.push_back(path); });
+  std::vector<std::string> keys = ConfigKeys();
+  std::sort(keys.begin(), keys.end());
+  std::sort(leaves.begin(), leaves.end());
+  EXPECT_EQ(leaves, keys);
+  // Every section refuses unknown keys, as the loader does.
+  std::function<void(const nlohmann::json&, const std::string&)> sections =
+      [&](const nlohmann::json& node, const std::string& path) {
+        if (node.value("type", "") != "object" || !node.contains("properties")) return;
+        EXPECT_EQ(node["additionalProperties"], false) << path;
+        std::string probe = path.empty() ? "no_such_key" : path + ".no_such_key";
+        EXPECT_FALSE(Apply(AtPath(probe, "1")).ok()) << probe;
+        for (const auto& [name, child] : node["properties"].items()) {
+          sections(child, path.empty() ? name : path + "." + name);
+        }
+      };
+  sections(schema, "");
+}
+
+TEST(ConfigSchema, ExactFragments) {
+  nlohmann::json schema = nlohmann::json::parse(ConfigJsonSchema());
+  const nlohmann::json& detectors = schema["properties"]["detectors"]["properties"];
+  EXPECT_EQ(detectors["list_storm"]["properties"]["sustain_s"],
+            nlohmann::json::parse(R"({"type": "integer", "minimum": 1, "maximum": 3600})"));
+  EXPECT_EQ(detectors["list_storm"]["properties"]["list_rate"],
+            nlohmann::json::parse(R"({"type": "number", "exclusiveMinimum": 0})"));
+  EXPECT_EQ(detectors["list_storm"]["properties"]["enabled"],
+            nlohmann::json::parse(R"({"type": "boolean"})"));
+  EXPECT_EQ(schema["properties"]["alertmanager"]["properties"]["timeout_s"],
+            nlohmann::json::parse(R"({"type": "number", "minimum": 0.001, "maximum": 300})"));
+  EXPECT_EQ(schema["properties"]["log_level"]["enum"].size(), 7u);
+  EXPECT_EQ(schema["properties"]["capture"]["properties"]["ring_buffer_bytes"]["enum"].front(), 4096);
+  EXPECT_EQ(schema["properties"]["capture"]["properties"]["ring_buffer_bytes"]["enum"].back(),
+            1 << 30);
+}
+
+// What the schema says about each key's bounds, types and enums, the loader does: the bound
+// itself is accepted, one step beyond is refused, a value of another type is refused.
+TEST(ConfigSchema, AgreesWithTheLoaderOnEveryKey) {
+  nlohmann::json schema = nlohmann::json::parse(ConfigJsonSchema());
+  int checked = 0;
+  auto expect = [&](const std::string& path, const std::string& value, bool ok) {
+    auto o = Apply(AtPath(path, value));
+    EXPECT_EQ(o.ok(), ok) << path << " = " << value << (o.ok() ? "" : ": " + o.error());
+    ++checked;
+  };
+  Leaves(schema, "", [&](const std::string& path, const nlohmann::json& s) {
+    const std::string type = s.value("type", "");
+    if (type != "object") expect(path, "{x: 1}", false);  // a map is no other key's value
+    if (s.contains("enum")) {
+      for (const auto& v : s["enum"]) expect(path, v.is_string() ? v.get<std::string>() : v.dump(), true);
+      expect(path, type == "string" ? "no-such-value" : "12345", false);
+      return;
+    }
+    if (type == "integer" || type == "number") {
+      double step = type == "integer" ? 1 : 0.0005;
+      if (type == "integer") expect(path, "1.5", false);
+      expect(path, "abc", false);
+      if (s.contains("minimum")) {
+        expect(path, Num(s["minimum"].get<double>()), true);
+        expect(path, Num(s["minimum"].get<double>() - step), false);
+      }
+      if (s.contains("exclusiveMinimum")) {
+        expect(path, Num(s["exclusiveMinimum"].get<double>()), false);
+        expect(path, Num(s["exclusiveMinimum"].get<double>() + step), true);
+      }
+      if (s.contains("maximum")) {
+        expect(path, Num(s["maximum"].get<double>()), true);
+        expect(path, Num(s["maximum"].get<double>() + step), false);
+      }
+    } else if (type == "boolean") {
+      expect(path, "true", true);
+      expect(path, "maybe", false);
+    } else if (type == "array") {
+      expect(path, "[]", true);
+      expect(path, "abc", false);
+      if (s["items"]["type"] == "string") {
+        expect(path, "[a, b]", true);
+        expect(path, "[\"\"]", false);
+      } else {
+        expect(path, "[" + Num(s["items"]["minimum"].get<double>()) + "]", true);
+        expect(path, "[" + Num(s["items"]["minimum"].get<double>() - 1) + "]", false);
+      }
+    } else if (type == "object") {
+      expect(path, "{}", true);
+      expect(path, "[a]", false);
+      expect(path, "{cluster: \"\"}", false);  // values must not be empty
+    } else if (type == "string") {
+      expect(path, "[a]", false);
+      if (s.contains("minLength")) expect(path, "\"\"", false);
+    } else {
+      ADD_FAILURE() << path << ": unexpected schema " << s.dump();
+    }
+  });
+  EXPECT_GT(checked, 300);
 }
 
 TEST(ConfigFile, MissingFileIsNamed) {

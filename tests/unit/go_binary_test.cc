@@ -739,6 +739,36 @@ TEST(GoBinarySyntheticErrors, CorruptTablesAreErrors) {
   std::filesystem::remove(path);
 }
 
+// A crafted table whose functions all share one long name: copying the name per function would
+// take gigabytes from a few megabytes of file; the reader refuses it instead.
+TEST(GoBinarySyntheticErrors, SharedLongNameIsRefusedNotCopied) {
+  Image image(0);
+  image.bytes() = SyntheticGoBinary(0xfffffff1u, false, kModInfo);
+  const uint64_t tab = kTabOffset;
+  constexpr uint64_t kFunctions = 200, kFunctab = 96, kFunc = kFunctab + 8 * kFunctions + 8;
+  constexpr uint64_t kLongName = 0x800, kNameBytes = 1500;
+  image.Put<uint64_t>(tab + 8, kFunctions);
+  image.Put<uint64_t>(tab + 8 + 8 * 3, kLongName);  // name table
+  image.Put<uint64_t>(tab + 8 + 8 * 7, kFunctab);   // function table and _func records
+  for (uint64_t i = 0; i < kFunctions; ++i) {
+    image.Put<uint32_t>(tab + kFunctab + 8 * i, 0);          // entry
+    image.Put<uint32_t>(tab + kFunctab + 8 * i + 4, kFunc);  // every function: one _func
+  }
+  image.Put<uint32_t>(tab + kFunctab + 8 * kFunctions, 10);  // end of the last function
+  image.Put<uint32_t>(tab + kFunc, 0);                       // _func: entryOff, nameOff, args
+  image.Put<uint32_t>(tab + kFunc + 4, 0);
+  image.Put<uint32_t>(tab + kFunc + 8, 0);
+  image.PutString(tab + kLongName, std::string(kNameBytes, 'a'));
+  image.Put<uint8_t>(tab + kLongName + kNameBytes, 0);
+  std::string path = TempPath("shared-name");
+  WriteFile(path, image.bytes());
+  auto binary = GoBinary::Open(path);
+  ASSERT_FALSE(binary.ok());
+  EXPECT_NE(binary.error().find("function names total 300000 bytes"), std::string::npos)
+      << binary.error();
+  std::filesystem::remove(path);
+}
+
 // --- a real binary, truncated and corrupted ----------------------------------------------------
 
 TEST(GoBinaryFixture, TruncatedOrCorruptCopiesAreErrors) {

@@ -237,6 +237,26 @@ TEST(IdentityTest, MalformedTokensAreUnknownWithReason) {
   }
 }
 
+// A value without a scheme is the credential itself: its first word must not reach the reason
+// (which is exported); only registered scheme names are named.
+TEST(IdentityTest, SchemeOnlyNamedWhenRegistered) {
+  struct Case {
+    std::string header;
+    std::string reason;
+  } cases[] = {
+      {"s3cr3tT0ken12345", "authorization value has no scheme"},
+      {"s3cr3tT0ken12345 more", "unrecognized authorization scheme (not Bearer)"},
+      {"basic YWRtaW46cGFzc3dvcmQ=", "authorization scheme Basic is not Bearer"},
+      {"Negotiate abc", "authorization scheme Negotiate is not Bearer"},
+  };
+  for (const Case& c : cases) {
+    Identity id = IdentityFromHeaders(c.header, "ua");
+    EXPECT_EQ(id.kind, Identity::Kind::kUnknown) << c.header;
+    EXPECT_EQ(id.reason, c.reason) << c.header;
+    EXPECT_EQ(id.reason.find("s3cr3t"), std::string::npos);
+  }
+}
+
 TEST(IdentityTest, UserAgentIsCapped) {
   Identity id = IdentityFromHeaders("", std::string(1000, 'u'));
   EXPECT_EQ(id.user_agent.size(), kMaxUserAgentBytes);
