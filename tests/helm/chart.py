@@ -1,4 +1,4 @@
-"""Shared helpers of the chart tests: render the chart with tools/helm-render, validate objects
+"""Shared helpers of the chart tests: render the chart with `helm template`, validate objects
 against the real Kubernetes 1.28 OpenAPI and Prometheus Operator CRD schemas, read the alert
 rules and the dashboard's PromQL.
 
@@ -7,14 +7,21 @@ chart's PrometheusRule spec with default values; test_chart checks they are the 
 
     python3 tests/helm/chart.py write-rules     # after changing helm/stormwatch/files/alerts.yaml
 
+and of the `config` part of helm/stormwatch/values.schema.json, from the agent binary
+(STORMWATCH_BUILD_DIR/stormwatch config-schema; test_chart checks they are the same):
+
+    python3 tests/helm/chart.py write-schema    # after changing the agent's configuration keys
+
 Debian's python3 with python3-yaml and python3-jsonschema.
 """
 import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 
 import jsonschema
@@ -27,7 +34,18 @@ CHART = os.path.join(REPO, "helm", "stormwatch")
 SHARED = os.path.abspath(os.environ.get("STORMWATCH_SHARED_DIR", os.path.join(REPO, "..", "shared")))
 SCHEMAS = os.path.join(SHARED, "schemas")
 BUILD_DIR = os.environ.get("STORMWATCH_BUILD_DIR", os.path.join(REPO, "build"))
-RENDERER = os.environ.get("STORMWATCH_HELM_RENDER", os.path.join(BUILD_DIR, "go", "helm-render"))
+# helm v3.17.3, unpacked into the build folder by scripts/setup.sh.
+HELM = os.environ.get("STORMWATCH_HELM", os.path.join(BUILD_DIR, "tools", "helm"))
+HELM_ENV = dict(os.environ, HELM_CACHE_HOME="/tmp/stormwatch-helm/cache",
+                HELM_CONFIG_HOME="/tmp/stormwatch-helm/config", HELM_DATA_HOME="/tmp/stormwatch-helm/data")
+VALUES_SCHEMA = os.path.join(CHART, "values.schema.json")
+# The chart has no default image (image.repository is required); renders in the tests start from
+# this values file, which every other -f and --set overrides.
+IMAGE_VALUES = os.path.join(HERE, "image-values.yaml")
+# add_executable(stormwatch) in the top-level CMakeLists.txt: the build folder's root.
+AGENT = os.environ.get("STORMWATCH_AGENT", os.path.join(BUILD_DIR, "stormwatch"))
+# Keys of the agent's file the chart writes itself (from values `agent`): not in values `config`.
+CHART_OWNED_KEYS = ("metrics_address", "health_address", "log_level")
 RULES_FILE = os.path.join(REPO, "deploy", "prometheus", "stormwatch-rules.yaml")
 DASHBOARD = os.path.join(CHART, "dashboards", "stormwatch.json")
 RUNBOOKS = os.path.join(REPO, "docs", "runbooks")
@@ -45,21 +63,59 @@ def variants():
     return out
 
 
-def render(values_file=None, sets=(), namespace="monitoring", name="stormwatch", notes=False, check=True):
-    argv = [RENDERER, "--name", name, "--namespace", namespace]
+def helm(*args):
+    """Runs helm (no cluster: template and lint only), with its caches out of the home folder."""
+    return subprocess.run([HELM, *args], capture_output=True, text=True, env=HELM_ENV, timeout=60)
+
+
+def render(values_file=None, sets=(), namespace="monitoring", name="stormwatch", notes=False, check=True,
+           extra=(), chart_dir=CHART, image=True):
+    """`helm template` of the chart; values_file may be a list of files. With notes=True, the
+    rendered NOTES.txt instead (helm template never prints it: a copy of the chart holds it as a
+    normal template)."""
+    files = values_file if isinstance(values_file, (list, tuple)) else [values_file] if values_file else []
+    files = ([IMAGE_VALUES] if image else []) + list(files)
+    argv = ["template", name, chart_dir, "--namespace", namespace, *extra]
+    for f in files:
+        argv += ["-f", f]
+    for s in sets:
+        argv += ["--set", s]
+    if notes:
+        # helm template never prints NOTES.txt and parses every other output as YAML: a copy of
+        # the chart wraps NOTES.txt in a named template and emits it as a YAML string.
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = os.path.join(tmp, "stormwatch")
+            shutil.copytree(chart_dir, copy)
+            with open(os.path.join(copy, "templates", "NOTES.txt")) as f:
+                text = f.read()
+            with open(os.path.join(copy, "templates", "_notes_test.tpl"), "w") as f:
+                f.write('{{- define "stormwatch.testNotes" -}}\n' + text + '{{- end -}}\n')
+            with open(os.path.join(copy, "templates", "notes-test.yaml"), "w") as f:
+                f.write('notes: {{ include "stormwatch.testNotes" . | toJson }}\n')
+            argv[2] = copy
+            r = helm(*argv, "--show-only", "templates/notes-test.yaml")
+            if r.returncode == 0:
+                r.stdout = yaml.safe_load(r.stdout)["notes"]
+    else:
+        r = helm(*argv)
+    if not check:
+        return r
+    if r.returncode != 0:
+        raise AssertionError("helm template failed: %s" % r.stderr)
+    return r.stdout
+
+
+def lint(values_file=None, sets=(), strict=True, image=True):
+    argv = ["lint", CHART, "--namespace", "monitoring"]
+    if strict:
+        argv.append("--strict")
+    if image:
+        argv += ["-f", IMAGE_VALUES]
     if values_file:
         argv += ["-f", values_file]
     for s in sets:
         argv += ["--set", s]
-    if notes:
-        argv.append("--notes")
-    argv.append(CHART)
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if not check:
-        return r
-    if r.returncode != 0:
-        raise AssertionError("helm-render failed: %s" % r.stderr)
-    return r.stdout
+    return helm(*argv)
 
 
 def objects(text):
@@ -71,9 +127,10 @@ def find(objs, kind):
     return [o for o in objs if o.get("kind") == kind]
 
 
-def rule_groups(values_file=None, sets=()):
-    """The `groups` of the PrometheusRule the chart renders (prometheusRule.enabled forced on)."""
-    objs = objects(render(values_file, sets=list(sets) + ["prometheusRule.enabled=true"]))
+def rule_groups(values_file=None, sets=(), namespace="stormwatch"):
+    """The `groups` of the PrometheusRule the chart renders (prometheusRule.enabled forced on),
+    installed in `namespace` (docs/helm.md's: the alerts' namespace label)."""
+    objs = objects(render(values_file, sets=list(sets) + ["prometheusRule.enabled=true"], namespace=namespace))
     (rule,) = find(objs, "PrometheusRule")
     return rule["spec"]
 
@@ -83,7 +140,10 @@ def dump_rules(spec):
               "write-rules`;\n# do not edit. The same rules as the chart's PrometheusRule "
               "(default values), for Prometheus\n# without the Prometheus Operator: "
               "add this file to rule_files. Scrape the agents with a job name\n"
-              "# matching .*stormwatch.* (agent health alerts select on it).\n")
+              "# matching .*stormwatch.* (agent health alerts select on it). Every alert carries\n"
+              "# namespace=stormwatch (the namespace docs/helm.md installs the agents in) and\n"
+              "# runbook links to a placeholder host: render the chart with your own namespace and\n"
+              "# runbookBaseURL (helm template ... --set prometheusRule.enabled=true) to change them.\n")
     # Keys in the order people read a rule in.
     order = ["alert", "expr", "for", "labels", "annotations"]
     ann_order = ["summary", "description", "runbook_url"]
@@ -249,8 +309,24 @@ def api_server_checks(obj):
 
 def exported_metrics(readme=os.path.join(REPO, "README.md")):
     """Metric names of the README's metrics table (the agent's metrics contract)."""
+    names = set()
     with open(readme) as f:
-        return set(re.findall(r"^\| `(stormwatch_[a-z_]+)`", f.read(), re.M))
+        for line in f:
+            if line.startswith("| `stormwatch_"):   # a row may name several: `a`, `b` | labels |
+                names |= set(re.findall(r"`(stormwatch_[a-z_]+)`", line.split("|")[1]))
+    return names
+
+
+def source_metric_families(exporters=os.path.join(REPO, "exporters")):
+    """Metric family names the agent exports: every "stormwatch_..." string literal of
+    exporters/*.cc (`.Name("...")` of prometheus-cpp families, and the hand-built exempt family's
+    constant)."""
+    names = set()
+    for f in sorted(os.listdir(exporters)):
+        if f.endswith(".cc"):
+            with open(os.path.join(exporters, f)) as fh:
+                names |= set(re.findall(r'"(stormwatch_[a-z_]+)"', fh.read()))
+    return names
 
 
 def families(names, exported):
@@ -321,7 +397,36 @@ def metric_names(expr):
     return names
 
 
+# ---- values.schema.json ----
+
+def agent_config_schema(agent=AGENT):
+    """values.schema.json's `config`: the agent's own JSON Schema of its configuration file
+    (`stormwatch config-schema`, draft-07) without the keys the chart writes itself and without
+    `$schema` (only meaningful at a document's root)."""
+    r = subprocess.run([agent, "config-schema"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise AssertionError("%s config-schema failed (%d): %s" % (agent, r.returncode, r.stderr))
+    schema = json.loads(r.stdout)
+    schema.pop("$schema", None)
+    for k in CHART_OWNED_KEYS:
+        del schema["properties"][k]
+    return schema
+
+
+def values_schema_with(config_schema, path=VALUES_SCHEMA):
+    with open(path) as f:
+        doc = json.load(f)
+    doc["properties"]["config"] = config_schema
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def main(argv):
+    if argv[1:] == ["write-schema"]:
+        text = values_schema_with(agent_config_schema())
+        with open(VALUES_SCHEMA, "w") as f:
+            f.write(text)
+        print("wrote", VALUES_SCHEMA)
+        return 0
     if argv[1:] == ["write-rules"]:
         os.makedirs(os.path.dirname(RULES_FILE), exist_ok=True)
         with open(RULES_FILE, "w") as f:

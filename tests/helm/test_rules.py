@@ -26,6 +26,8 @@ import chart  # noqa: E402
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 OPERATOR = "system:serviceaccount:datajobs-system:datajob-operator"
 HEALTHY = "system:serviceaccount:kube-system:replicaset-controller"
+# A client whose storm gauge is 1 in a single scrape only: `for` must keep it from paging.
+BLIP = "system:serviceaccount:ci:flaky-job"
 # storm -> (group, resource) of its synthetic storm
 STORM_RESOURCES = {
     "update_loop": ("batch.company.com", "datajobs"),
@@ -37,6 +39,11 @@ STORM_RESOURCES = {
     "relist_churn": ("", "configmaps"),
     "etcd_range_storm": ("", "pods"),
 }
+
+
+# storm -> namespace of its objects, as stormwatch_storm_active{object_namespace} (others: none,
+# the alert's namespace is then the release namespace).
+STORM_NAMESPACES = {"update_loop": "etl", "conflict_storm": "etl"}
 
 
 def humanize(v):
@@ -61,8 +68,8 @@ def humanize(v):
 
 def expand(text, labels, value=None):
     """The Prometheus template constructs the catalog uses, expanded for `labels`."""
-    text = re.sub(r"\{\{ if \$labels\.(\w+) \}\}(.*?)\{\{ end \}\}",
-                  lambda m: m.group(2) if labels.get(m.group(1)) else "", text)
+    text = re.sub(r"\{\{ if \$labels\.(\w+) \}\}(.*?)(?:\{\{ else \}\}(.*?))?\{\{ end \}\}",
+                  lambda m: m.group(2) if labels.get(m.group(1)) else (m.group(3) or ""), text)
     text = re.sub(r"\{\{ \$value \| humanize \}\}", lambda m: humanize(value), text)
     text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), text)
     assert "{{" not in text, "unexpanded template construct in %r" % text
@@ -112,14 +119,18 @@ class RulesTest(unittest.TestCase):
     def alert(self, name, labels, value=None):
         """The expected alert (labels and annotations) for promtool's exp_alerts."""
         r = self.rules[name]
-        exp_labels = {k: v for k, v in dict(labels, **r["labels"]).items() if v}  # "" = no label
+        # Rule labels are templates too (namespace: the storm's objects' one, else the release's).
+        rule_labels = {k: expand(v, labels, value) for k, v in r["labels"].items()}
+        exp_labels = {k: v for k, v in dict(labels, **rule_labels).items() if v}  # "" = no label
         ann = {k: expand(v, exp_labels, value) for k, v in r["annotations"].items()}
         return {"exp_labels": exp_labels, "exp_annotations": ann}
 
     def storm_tests(self):
-        """Each storm on two masters (the load moves from one to the other) and a healthy
-        client beside it: one aggregated alert for the storming client while either master
-        reports it, none before or after, none for the healthy client."""
+        """Each storm on two masters (the load moves from one to the other), a healthy client
+        and a one-scrape blip beside it: with the default `for: 1m`, pending at the first
+        evaluation that sees it, then one aggregated alert for the storming client while either
+        master reports it, none before or after; none for the healthy client, none for the
+        blip (one scrape never pages)."""
         tests = []
         for alert, r in self.rules.items():
             m = re.search(r'storm="([a-z_]+)"', r["expr"])
@@ -128,20 +139,32 @@ class RulesTest(unittest.TestCase):
             storm = m.group(1)
             group, resource = STORM_RESOURCES[storm]
             key = {"storm": storm, "client": OPERATOR, "group": group, "resource": resource}
+            if storm in STORM_NAMESPACES:  # the label the agent is to add (docs/helm.md)
+                key["object_namespace"] = STORM_NAMESPACES[storm]
+            self.assertEqual(r["for"], "1m", alert)
             healthy = dict(key, client=HEALTHY)
+            blip = dict(key, client=BLIP)
             inputs = []
-            for node, values in (("master-1", "0 0 1 1 1 0 0 0"), ("master-2", "0 0 0 1 1 1 0 0")):
+            # The agent's own severity label differs between the masters here (one saw the client
+            # as exempt): the rule aggregates it away, one alert with the catalog's severity.
+            for node, values, severity in (("master-1", "0 0 1 1 1 0 0 0", "warning"),
+                                           ("master-2", "0 0 0 1 1 1 0 0", "critical")):
                 target = {"job": "stormwatch", "instance": "%s:9847" % node, "node": node}
-                inputs.append({"series": series("stormwatch_storm_active", dict(key, **target)), "values": values})
+                inputs.append({"series": series("stormwatch_storm_active", dict(key, severity=severity, **target)),
+                               "values": values})
                 inputs.append({"series": series("stormwatch_storm_active", dict(healthy, **target)), "values": "0x7"})
+            target = {"job": "stormwatch", "instance": "master-1:9847", "node": "master-1"}
+            inputs.append({"series": series("stormwatch_storm_active", dict(blip, **target)),
+                           "values": "0 0 0 0 1 0 0 0"})
             fire = [self.alert(alert, key)]
             tests.append({
                 "name": alert, "interval": "1m", "input_series": inputs,
                 "alert_rule_test": [
                     {"eval_time": "1m", "alertname": alert, "exp_alerts": []},
-                    {"eval_time": "2m", "alertname": alert, "exp_alerts": fire},   # master-1 only
-                    {"eval_time": "4m", "alertname": alert, "exp_alerts": fire},   # both: one alert
-                    {"eval_time": "5m", "alertname": alert, "exp_alerts": fire},   # master-2 only
+                    {"eval_time": "2m", "alertname": alert, "exp_alerts": []},     # master-1: pending
+                    {"eval_time": "3m", "alertname": alert, "exp_alerts": fire},   # sustained 1m
+                    {"eval_time": "4m", "alertname": alert, "exp_alerts": fire},   # both: one alert; blip pending
+                    {"eval_time": "5m", "alertname": alert, "exp_alerts": fire},   # master-2 only; no blip
                     {"eval_time": "7m", "alertname": alert, "exp_alerts": []},     # resolved
                 ]})
         return tests
@@ -222,6 +245,43 @@ class RulesTest(unittest.TestCase):
         bad = self.write("bad.yaml", {"groups": [{"name": "x", "rules": [
             {"record": "x", "expr": "sum by (client) (rate(stormwatch_requests_total[5m])"}]}]})
         self.assertNotEqual(promtool("check", "rules", bad).returncode, 0)
+
+
+AMTOOL = shutil.which("amtool") or "/usr/bin/amtool"
+ROUTING = os.path.join(chart.REPO, "deploy", "alertmanager", "stormwatch-routing.yaml")
+
+
+class RoutingExampleTest(unittest.TestCase):
+    """deploy/alertmanager/stormwatch-routing.yaml (docs/helm.md): a valid Alertmanager config
+    that routes the chart's alerts by the labels they really carry."""
+
+    def route(self, labels):
+        r = subprocess.run([AMTOOL, "config", "routes", "test", "--config.file", ROUTING,
+                            *["%s=%s" % kv for kv in sorted(labels.items())]],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.strip()
+
+    def test_check_config_and_routes(self):
+        r = subprocess.run([AMTOOL, "check-config", ROUTING], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        rules = {r["alert"]: r for g in chart.rule_groups()["groups"] for r in g["rules"]}
+        by_receiver = {}
+        for name, rule in rules.items():
+            labels = dict(rule["labels"], alertname=name, prometheus="monitoring/kube-prometheus-stack-prometheus")
+            if "storm=" in rule["expr"]:
+                labels["storm"] = rule["expr"].split('storm="')[1].split('"')[0]
+            got = self.route(labels)
+            want = "platform-pager" if rule["labels"]["severity"] == "critical" else "platform-tickets"
+            self.assertEqual(got, want, name)
+            by_receiver.setdefault(got, set()).add(name)
+            # The agent's direct push of a storm (no `prometheus` label) is dropped.
+            if "storm" in labels:
+                del labels["prometheus"]
+                self.assertEqual(self.route(labels), "null", name)
+        self.assertEqual(by_receiver["platform-pager"],
+                         {"StormwatchUpdateLoop", "StormwatchListStorm", "StormwatchEtcdRangeStorm"})
+        self.assertEqual(self.route({"alertname": "Watchdog"}), "default")
 
 
 if __name__ == "__main__":

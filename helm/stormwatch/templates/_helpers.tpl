@@ -48,13 +48,49 @@ app.kubernetes.io/part-of: stormwatch
 {{- end -}}
 {{- end -}}
 
-{{- define "stormwatch.image" -}}
-{{- $repo := .Values.image.repository -}}
-{{- if .Values.image.registry -}}{{- $repo = printf "%s/%s" .Values.image.registry $repo -}}{{- end -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{/* An image reference from {registry, repository, tag, digest}; `what` names the value in the
+error. There is no default repository: the image must come from a registry the user controls. */}}
+{{- define "stormwatch.imageRef" -}}
+{{- $img := .image -}}
+{{- $repo := required (printf "%s.repository is required: the image built from the repository's Dockerfile, pushed to your registry (e.g. --set %s.repository=registry.example.com/%s)" .what .what .name) $img.repository -}}
+{{- if $img.registry -}}{{- $repo = printf "%s/%s" $img.registry $repo -}}{{- end -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $repo $img.digest -}}
 {{- else -}}
-{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag | toString) -}}
+{{- $tag := default .tag $img.tag | toString -}}
+{{- if not $tag -}}{{- fail (printf "%s.tag or %s.digest is required" .what .what) -}}{{- end -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "stormwatch.image" -}}
+{{- include "stormwatch.imageRef" (dict "image" .Values.image "what" "image" "name" "stormwatch" "tag" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* The agent's metrics address: behind kube-rbac-proxy, loopback only. */}}
+{{- define "stormwatch.metricsAddress" -}}
+{{- if .Values.rbacProxy.enabled -}}
+{{- printf "127.0.0.1:%d" (int .Values.rbacProxy.upstreamPort) -}}
+{{- else -}}
+{{- printf "0.0.0.0:%d" (int .Values.agent.metricsPort) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of the ServiceMonitor/PodMonitor/PrometheusRule: the chart's, prometheusLabels (what
+the Prometheus selects by, e.g. release: kube-prometheus-stack), the object's additionalLabels. */}}
+{{- define "stormwatch.monitoringLabels" -}}
+{{ include "stormwatch.labels" .root }}
+{{- with merge (deepCopy (.extra | default dict)) (deepCopy (.root.Values.prometheusLabels | default dict)) }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* sampleLimit: the value, or sized from the agent's client cap (values.yaml). */}}
+{{- define "stormwatch.sampleLimit" -}}
+{{- if kindIs "invalid" .limit -}}
+{{- mul (add1 (int .root.Values.config.limits.max_clients)) 200 -}}
+{{- else -}}
+{{- int64 .limit -}}
 {{- end -}}
 {{- end -}}
 
@@ -69,4 +105,35 @@ $node variable), as node-exporter's chart sets instance/node from the pod's node
 - sourceLabels: [__meta_kubernetes_pod_node_name]
   targetLabel: node
   action: replace
+{{- end -}}
+
+{{/* How Prometheus authenticates to kube-rbac-proxy: its own service account token (a file in
+the Prometheus pod) for a ServiceMonitor; PodMonitor endpoints cannot name a file, so a Secret. */}}
+{{- define "stormwatch.rbacProxyScrapeAuth" -}}
+{{- $p := .root.Values.rbacProxy -}}
+{{- if eq .kind "serviceMonitor" -}}
+bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+{{- else -}}
+{{- $s := $p.bearerTokenSecret | default dict -}}
+{{- if not (and $s.name $s.key) -}}
+{{- fail "rbacProxy.enabled with podMonitor.enabled needs rbacProxy.bearerTokenSecret.{name,key}: a PodMonitor cannot use Prometheus's own token file" -}}
+{{- end -}}
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ $s.name }}
+    key: {{ $s.key }}
+{{- end }}
+tlsConfig:
+  {{- if $p.tlsSecret }}
+  # The Secret's ca.crt signs its tls.crt, issued for this name.
+  serverName: {{ include "stormwatch.fullname" .root }}.{{ .root.Release.Namespace }}.svc
+  ca:
+    secret:
+      name: {{ $p.tlsSecret }}
+      key: ca.crt
+  {{- else }}
+  # The proxy's certificate is self-signed at start (rbacProxy.tlsSecret unset).
+  insecureSkipVerify: true
+  {{- end }}
 {{- end -}}
