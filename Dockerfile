@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The stormwatch agent image (the chart's image.repository).
 #
-#   docker build -t stormwatch/stormwatch:0.1.0 .
+#   docker build -t <your registry>/stormwatch:0.1.0 .
 #
 # Build stage: Debian bookworm with the README's set-up script (scripts/setup.sh: the same
 # packages, from bookworm and bookworm-backports, that CI builds and tests with), then CMake.
@@ -12,7 +12,7 @@
 FROM debian:bookworm AS build
 WORKDIR /src
 # Packages first: this layer stays cached while the sources change.
-COPY scripts/setup.sh scripts/setup.sh
+COPY scripts/setup.sh scripts/fetch_debian.sh scripts/
 RUN bash scripts/setup.sh
 COPY . .
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo \

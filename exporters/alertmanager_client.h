@@ -32,7 +32,7 @@ struct AlertmanagerConfig {
   std::chrono::milliseconds timeout{5000};            // per POST
   std::chrono::milliseconds resend_interval{60'000};  // firing alerts are refreshed this often
   std::string runbook_base_url =
-      "https://github.com/stormwatch/stormwatch/blob/main/docs/runbooks";  // + /<storm>.md
+      "https://stormwatch.invalid/docs/runbooks";  // + /<storm>.md; set it to where docs/runbooks is published
   std::map<std::string, std::string> labels;  // static labels on every alert, e.g. cluster
   std::string generator_url;                  // the agent's metrics URL; "" omits it
   std::chrono::milliseconds retry_backoff{1000};  // first retry delay, doubled up to resend

@@ -99,7 +99,6 @@ StormEvidence ExemptClientDetector::BuildEvidence(const Entry& e, int64_t last) 
   const std::string reason = Reason(e);
   StormEvidence ev;
   ev.storm = kExemptClientName;
-  ev.severity = "critical";
   ev.identity = *e.identity;
   ev.fix = kExemptClientFix;
   ev.details = {

@@ -120,7 +120,6 @@ StormEvidence ListStormDetector::BuildEvidence(const Entry& e, const Second& w) 
 
   StormEvidence ev;
   ev.storm = kListStormName;
-  ev.severity = exempt ? "critical" : "warning";
   ev.identity = *e.identity;
   ev.api_group = e.api_group;
   ev.resource = e.resource;
@@ -132,6 +131,8 @@ StormEvidence ListStormDetector::BuildEvidence(const Entry& e, const Second& w) 
       {"bytes_per_second", Round2(bytes_per_second)},
       {"weighted_bytes_per_second", Round2(weighted_bytes_per_second)},
       {"average_bytes_per_list", Round2(bytes_per_list)},
+      // APF cannot slow an exempt client down: the first thing to fix.
+      {"exempt", exempt},
       {"shape",
        {{"consistent", w.consistent},
         {"any", w.any},

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -64,9 +65,24 @@ enum class StormState {
   kResolved,  // calm long enough after firing
 };
 
+// Each storm's alert severity, the same on every path (alert line, Alertmanager push,
+// stormwatch_storm_active, the chart's rules: helm/stormwatch/files/alerts.yaml, which a chart
+// test checks against this table). "warning" for a storm not listed.
+inline constexpr std::pair<std::string_view, std::string_view> kStormSeverities[] = {
+    {"update_loop", "critical"},     {"list_storm", "critical"},      {"exempt_client", "warning"},
+    {"conflict_storm", "warning"},   {"throttled_client", "warning"}, {"stuck_finalizers", "warning"},
+    {"relist_churn", "warning"},     {"etcd_range_storm", "critical"},
+};
+inline std::string StormSeverity(std::string_view storm) {
+  for (const auto& [name, severity] : kStormSeverities) {
+    if (name == storm) return std::string(severity);
+  }
+  return "warning";
+}
+
 struct StormEvidence {
   std::string storm;                // STORMS.md name: update_loop, list_storm, ...
-  std::string severity = "warning"; // "warning", or "critical" when escalated
+  std::string severity = "warning"; // set from StormSeverity(storm) when the storm fires
   Identity identity;                // the client; for stuck_finalizers the silent controller
   std::string api_group;            // "" = core group
   std::string resource;             // "" when the storm is about a client, not a resource

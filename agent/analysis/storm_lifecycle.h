@@ -33,6 +33,7 @@ class StormAlert {
 
   // Quiet -> firing: the Firing transition, its evidence dated since_ns and fired now_ns.
   StormTransition Fire(StormEvidence evidence, int64_t since_ns, int64_t now_ns) {
+    evidence.severity = StormSeverity(evidence.storm);
     evidence.since_ns = since_ns;
     evidence.fired_ns = now_ns;
     firing_ = std::make_unique<Firing>(Firing{evidence, evidence});

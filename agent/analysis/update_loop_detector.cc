@@ -392,6 +392,7 @@ StormEvidence ToStormEvidence(const UpdateLoopEvidence& e) {
   auto round2 = [](double v) { return static_cast<double>(static_cast<int64_t>(v * 100 + 0.5)) / 100; };
   StormEvidence s;
   s.storm = e.storm;
+  s.severity = StormSeverity(e.storm);
   s.identity = e.identity;
   s.api_group = e.api_group;
   s.resource = e.resource;

@@ -231,7 +231,7 @@ class AlertingEndToEnd(unittest.TestCase):
         self.assertEqual(firing["labels"]["client"], OPERATOR)
         self.assertEqual((firing["labels"]["group"], firing["labels"]["resource"]), ("batch.company.com", "datajobs"))
         self.assertEqual(firing["labels"]["severity"], "critical")
-        self.assertEqual(firing["labels"]["namespace"], RELEASE_NAMESPACE)
+        self.assertEqual(firing["labels"]["namespace"], "etl")  # the storm objects' (object_namespace)
 
         am, t_am = wait_for("Alertmanager holding the alert",
                             lambda: [a for a in self.am_alerts("StormwatchUpdateLoop", OPERATOR)
@@ -245,7 +245,7 @@ class AlertingEndToEnd(unittest.TestCase):
                                      lambda: self.webhook.find("firing", "StormwatchUpdateLoop", OPERATOR)[0]
                                      and self.webhook.find("firing", "StormwatchUpdateLoop", OPERATOR), 20)
         self.assertEqual(hook["labels"]["resource"], "datajobs")
-        self.assertEqual(hook["labels"]["namespace"], RELEASE_NAMESPACE)
+        self.assertEqual(hook["labels"]["namespace"], "etl")
 
         # The dashboard's queries work on real data, on metrics the agent really exports.
         self.check_dashboard(agent)

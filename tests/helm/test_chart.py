@@ -463,6 +463,23 @@ class ChartTest(unittest.TestCase):
 
     # ---- alerts ----
 
+    def test_storm_severities_are_the_agents(self):
+        """The rules' severity of each storm is the one the agent gives the same storm on its
+        alert line, its Alertmanager push and stormwatch_storm_active (kStormSeverities in
+        agent/analysis/storm.h): one storm, one severity, whichever path delivers it."""
+        with open(os.path.join(chart.REPO, "agent", "analysis", "storm.h")) as f:
+            source = f.read()
+        table = source.split("kStormSeverities[] = {", 1)[1].split("};", 1)[0]
+        agent = dict(re.findall(r'\{"([a-z_]+)", "([a-z]+)"\}', table))
+        self.assertEqual(sorted(agent), sorted(storm_names()))
+        rules = [r for g in chart.rule_groups()["groups"] for r in g["rules"]]
+        catalog = {}
+        for r in rules:
+            m = re.search(r'stormwatch_storm_active\{storm="([a-z_]+)"\}', r["expr"])
+            if m:
+                catalog[m.group(1)] = r["labels"]["severity"]
+        self.assertEqual(catalog, agent)
+
     def test_one_alert_per_storm_with_runbook(self):
         storms = storm_names()
         self.assertEqual(len(storms), 8, storms)

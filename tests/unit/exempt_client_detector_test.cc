@@ -134,7 +134,7 @@ TEST(ExemptClientTest, EscalatesAtRateForSustainAndResolvesAfterCalm) {
   ASSERT_EQ(resolved.size(), 1u);
   EXPECT_EQ(firing[0].at_ns, 10 * kSec);
   EXPECT_EQ(firing[0].evidence.since_ns, 0);
-  EXPECT_EQ(firing[0].evidence.severity, "critical");
+  EXPECT_EQ(firing[0].evidence.severity, "warning");
   EXPECT_EQ(resolved[0].at_ns, 50 * kSec);
   EXPECT_EQ(run.sim.ActiveAt(49), 1u);
   EXPECT_EQ(run.sim.ActiveAt(50), 0u);
@@ -206,7 +206,7 @@ TEST(ExemptClientTest, EscalationEvidence) {
   ASSERT_EQ(firing.size(), 1u);
   const StormEvidence& ev = firing[0].evidence;
   EXPECT_EQ(ev.storm, "exempt_client");
-  EXPECT_EQ(ev.severity, "critical");
+  EXPECT_EQ(ev.severity, "warning");
   EXPECT_EQ(ev.identity.user, "system:serviceaccount:monitoring:pod-reporter");
   EXPECT_EQ(ev.resource, "");
   EXPECT_EQ(ev.fired_ns, 10 * kSec);

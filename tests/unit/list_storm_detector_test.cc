@@ -248,6 +248,7 @@ TEST(ListStormTest, ExemptPollerEvidence) {
       {"bytes_per_second", 40'000'000.0},
       {"weighted_bytes_per_second", 76'000'000.0},
       {"average_bytes_per_list", 10'000'000.0},
+      {"exempt", true},
       {"shape",
        {{"consistent", 57},
         {"any", 3},
@@ -279,18 +280,19 @@ TEST(ListStormTest, ExemptPollerEvidence) {
   EXPECT_EQ(nodes.details["weighted_bytes_per_second"], 12'000'000.0);
 }
 
-TEST(ListStormTest, SeverityIsWarningUnlessExempt) {
+TEST(ListStormTest, SeverityIsTheStormsAndEvidenceSaysExempt) {
   Harness limited;
   limited.sim.Run(Bursts(AllPods(kAlice), 13, 5, 0, 30 * kSec), 30 * kSec);
   ASSERT_EQ(limited.sim.Of(StormState::kFiring).size(), 1u);
   const StormEvidence ev = limited.sim.Of(StormState::kFiring)[0].evidence;
-  EXPECT_EQ(ev.severity, "warning");
+  EXPECT_EQ(ev.severity, "critical");
+  EXPECT_EQ(ev.details["exempt"], false);
   EXPECT_EQ(ev.details["priority_level"], "workload-low");
   EXPECT_EQ(ev.details["system_masters"], false);
   EXPECT_FALSE(ev.details.contains("groups"));
 
   // Most LISTs at workload-low, some exempt: the level shown is the common one, and any
-  // exempt LIST makes it critical.
+  // exempt LIST shows in the evidence.
   RequestRecord exempt = AllPods(kAlice);
   exempt.response.priority_level = "exempt";
   std::vector<Event> events = Bursts(AllPods(kAlice), 12, 5, 0, 30 * kSec);
@@ -299,6 +301,7 @@ TEST(ListStormTest, SeverityIsWarningUnlessExempt) {
   mixed.sim.Run(std::move(events), 30 * kSec);
   ASSERT_EQ(mixed.sim.Of(StormState::kFiring).size(), 1u);
   EXPECT_EQ(mixed.sim.Of(StormState::kFiring)[0].evidence.severity, "critical");
+  EXPECT_EQ(mixed.sim.Of(StormState::kFiring)[0].evidence.details["exempt"], true);
   EXPECT_EQ(mixed.sim.Of(StormState::kFiring)[0].evidence.details["priority_level"],
             "workload-low");
 }

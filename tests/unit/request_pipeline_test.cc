@@ -166,7 +166,7 @@ TEST_F(PipelineTest, CountsWithApiserverLabelsAndNamesTheLoop) {
   EXPECT_EQ(clients[1]["client"], "system:serviceaccount:default:ops-engineer");
   EXPECT_EQ(clients[1]["peers"][0]["last_peer"], "192.168.5.1:55000");
   EXPECT_EQ(clients[1]["requests"], 10);
-  EXPECT_NE(m.find(R"(stormwatch_storm_active{client="system:serviceaccount:datajobs-system:datajob-operator",group="batch.company.com",object_namespace="etl",resource="datajobs",severity="warning",storm="update_loop"} 1)"), std::string::npos) << m;
+  EXPECT_NE(m.find(R"(stormwatch_storm_active{client="system:serviceaccount:datajobs-system:datajob-operator",group="batch.company.com",object_namespace="etl",resource="datajobs",severity="critical",storm="update_loop"} 1)"), std::string::npos) << m;
   // /debug/top: the same clients' cumulative counters, their storms, every client's total.
   nlohmann::json top = pipeline_.TopSnapshot(t0 + 6 * kSec);
   EXPECT_DOUBLE_EQ(top["monotonic_s"].get<double>(), 106.0);
