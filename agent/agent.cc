@@ -133,6 +133,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   std::unique_ptr<AlertmanagerClient> alertmanager;
   if (!options.alertmanager.url.empty()) {
     AlertmanagerConfig am = options.alertmanager;
+    if (const char* ns = std::getenv("POD_NAMESPACE")) am.default_namespace = ns;  // the chart sets it
     if (am.generator_url.empty()) {
       char host[256] = "localhost";
       gethostname(host, sizeof(host) - 1);

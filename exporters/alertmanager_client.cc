@@ -59,7 +59,7 @@ json Labels(const StormEvidence& e, const AlertmanagerConfig& config) {
   set("client", ClientLabel(e.identity));
   set("group", e.api_group);
   set("resource", e.resource);
-  set("namespace", e.namespace_);
+  set("namespace", e.namespace_.empty() ? config.default_namespace : e.namespace_);
   return labels;
 }
 

@@ -34,6 +34,9 @@ struct AlertmanagerConfig {
   std::string runbook_base_url =
       "https://stormwatch.invalid/docs/runbooks";  // + /<storm>.md; set it to where docs/runbooks is published
   std::map<std::string, std::string> labels;  // static labels on every alert, e.g. cluster
+  // `namespace` of a storm that has none (a client- or cluster-wide storm): the agent's own
+  // (POD_NAMESPACE), as the chart's rules give it, so both paths carry the same labels.
+  std::string default_namespace;
   std::string generator_url;                  // the agent's metrics URL; "" omits it
   std::chrono::milliseconds retry_backoff{1000};  // first retry delay, doubled up to resend
   size_t max_queue = 1024;                        // transitions waiting for the sender

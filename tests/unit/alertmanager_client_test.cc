@@ -255,6 +255,7 @@ TEST_F(RealAlertmanager, FiringStormShowsUpAndResolvedTakesItOff) {
 TEST_F(RealAlertmanager, FiringAlertIsRefreshedEveryResendInterval) {
   AlertmanagerConfig config;
   config.url = url_;
+  config.default_namespace = "stormwatch";
   config.resend_interval = 200ms;
   AlertmanagerClient client(config, RealtimeMinusMonotonicNs());
   int64_t now = MonotonicNs();
@@ -268,9 +269,16 @@ TEST_F(RealAlertmanager, FiringAlertIsRefreshedEveryResendInterval) {
                           std::chrono::system_clock::now().time_since_epoch()).count();
   EXPECT_GT(expires_in, 0.3);
   EXPECT_LT(expires_in, 0.9);
-  // A second storm of the same client on another resource is another alert.
-  client.OnTransition(UpdateLoopStorm(StormState::kFiring, now - 5 * kSec, now, "statefulsets"));
+  // A second storm of the same client on another resource is another alert; one without a
+  // namespace of its own carries the agent's (as the chart's rules give it the release's).
+  StormTransition wide = UpdateLoopStorm(StormState::kFiring, now - 5 * kSec, now, "statefulsets");
+  wide.evidence.namespace_.clear();
+  client.OnTransition(wide);
   EXPECT_TRUE(PollUntil(5s, [&] { return ActiveAlerts().size() == 2; })) << ActiveAlerts().dump();
+  for (const json& a : ActiveAlerts()) {
+    EXPECT_EQ(a["labels"]["namespace"], a["labels"]["resource"] == "statefulsets" ? "stormwatch" : "team-a")
+        << a.dump();
+  }
   client.Stop();
   EXPECT_EQ(client.failed(), 0u);
 }
