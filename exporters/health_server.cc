@@ -75,24 +75,23 @@ int HealthServer::HandleReadyz(mg_connection* conn, void* self) {
   return Reply(conn, 503, why + "\n");
 }
 
-int HealthServer::HandleDebugClients(mg_connection* conn, void* self) {
-  auto* s = static_cast<HealthServer*>(self);
+int HealthServer::ReplyDocument(mg_connection* conn, const std::string& doc) {
   std::string body;
   {
-    std::lock_guard lock(s->debug_clients_mutex_);
-    body = s->debug_clients_;
+    std::lock_guard lock(debug_clients_mutex_);  // the main loop replaces the documents
+    body = doc;
   }
   return Reply(conn, 200, body + "\n", "application/json");
 }
 
+int HealthServer::HandleDebugClients(mg_connection* conn, void* self) {
+  auto* s = static_cast<HealthServer*>(self);
+  return s->ReplyDocument(conn, s->debug_clients_);
+}
+
 int HealthServer::HandleDebugTop(mg_connection* conn, void* self) {
   auto* s = static_cast<HealthServer*>(self);
-  std::string body;
-  {
-    std::lock_guard lock(s->debug_clients_mutex_);
-    body = s->debug_top_;
-  }
-  return Reply(conn, 200, body + "\n", "application/json");
+  return s->ReplyDocument(conn, s->debug_top_);
 }
 
 }  // namespace stormwatch

@@ -59,6 +59,8 @@ class HealthServer {
   static int HandleHealthz(mg_connection* conn, void* self);
   static int HandleReadyz(mg_connection* conn, void* self);
   static int HandleDebugClients(mg_connection* conn, void* self);
+  // `doc` (one of the debug documents) as JSON, copied under the lock.
+  int ReplyDocument(mg_connection* conn, const std::string& doc);
   static int HandleDebugTop(mg_connection* conn, void* self);
 
   mg_context* ctx_ = nullptr;
