@@ -11,12 +11,13 @@
 #include <cstdlib>
 
 #include "agent/build_info.h"
-#include "agent/capture/apf_fetcher.h"
+#include "agent/kube/apf_fetcher.h"
 #include "agent/capture/client_cert_reader.h"
 #include "agent/capture/connection_ends.h"
 #include "agent/capture/gohttp_probes.h"
 #include "agent/capture/kernel_check.h"
 #include "agent/capture/target_manager.h"
+#include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "exporters/alert_log.h"
 #include "exporters/alertmanager_client.h"
@@ -155,7 +156,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
       .http1_closed = [&](uint32_t pid, uint64_t conn) {
         http1_ends.OnClose(static_cast<pid_t>(pid), conn);
       }};
-  RequestPipeline pipeline(
+  MeteredPipeline pipeline(
       exporter.get(), options.detectors,
       [&](const StormTransition& t) {
         // Alert lines go to stdout, one JSON document each, flushed at once.

@@ -8,6 +8,7 @@
 
 #include "agent/config/config_file.h"
 #include "agent/options.h"
+#include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "agent/record/capture_file.h"
 #include "exporters/alert_log.h"
@@ -119,7 +120,7 @@ int RunReplay(const ReplayOptions& options) {
   }
   const int64_t offset = (*reader)->header().realtime_offset_ns;
   PrometheusExporter exporter(ClientSeriesLimits{.max_clients = agent.max_clients_per_metric});
-  RequestPipeline pipeline(&exporter, agent.detectors, [&](const StormTransition& t) {
+  MeteredPipeline pipeline(&exporter, agent.detectors, [&](const StormTransition& t) {
     std::string line = FormatAlertJson(t, offset);
     std::fwrite(line.data(), 1, line.size(), stdout);
     std::fputc('\n', stdout);

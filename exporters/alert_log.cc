@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "agent/pipeline/request_pipeline.h"
+#include "agent/kube/identity.h"
 
 namespace stormwatch {
 namespace {

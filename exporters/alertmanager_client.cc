@@ -10,7 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "agent/pipeline/request_pipeline.h"
+#include "agent/kube/identity.h"
 
 namespace stormwatch {
 namespace {

@@ -24,23 +24,10 @@
 #include <thread>
 
 #include "agent/analysis/storm.h"
+#include "agent/config/agent_options.h"
 
 namespace stormwatch {
 
-struct AlertmanagerConfig {
-  std::string url;  // e.g. http://127.0.0.1:9093; "" disables the push
-  std::chrono::milliseconds timeout{5000};            // per POST
-  std::chrono::milliseconds resend_interval{60'000};  // firing alerts are refreshed this often
-  std::string runbook_base_url =
-      "https://stormwatch.invalid/docs/runbooks";  // + /<storm>.md; set it to where docs/runbooks is published
-  std::map<std::string, std::string> labels;  // static labels on every alert, e.g. cluster
-  // `namespace` of a storm that has none (a client- or cluster-wide storm): the agent's own
-  // (POD_NAMESPACE), as the chart's rules give it, so both paths carry the same labels.
-  std::string default_namespace;
-  std::string generator_url;                  // the agent's metrics URL; "" omits it
-  std::chrono::milliseconds retry_backoff{1000};  // first retry delay, doubled up to resend
-  size_t max_queue = 1024;                        // transitions waiting for the sender
-};
 
 // Prometheus uses 4 x max(evaluation interval, resend delay) for the same purpose.
 inline constexpr int kResendsBeforeExpiry = 4;

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/analysis/bounded_lru.h"
+#include "agent/core/bounded_lru.h"
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/second_ring.h"
 #include "agent/analysis/storm.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/analysis/bounded_lru.h"
+#include "agent/core/bounded_lru.h"
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/storm.h"
 #include "agent/analysis/storm_lifecycle.h"

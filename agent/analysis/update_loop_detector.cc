@@ -114,7 +114,8 @@ std::vector<std::string> UpdateLoopConfig::Problems() const {
   return p;
 }
 
-UpdateLoopDetector::UpdateLoopDetector(UpdateLoopConfig config) : config_(std::move(config)) {
+UpdateLoopDetector::UpdateLoopDetector(UpdateLoopConfig config)
+    : config_(std::move(config)), objects_(config_.max_objects), resources_(config_.max_resources) {
   // Clamp what Problems() reports, so a bad config degrades instead of misbehaving.
   if (!(config_.object_rate > 0)) config_.object_rate = UpdateLoopConfig{}.object_rate;
   if (!(config_.resource_rate > 0)) config_.resource_rate = UpdateLoopConfig{}.resource_rate;
@@ -134,46 +135,28 @@ UpdateLoopDetector::UpdateLoopDetector(UpdateLoopConfig config) : config_(std::m
 
 UpdateLoopDetector::~UpdateLoopDetector() = default;
 
-void UpdateLoopDetector::EvictObjectIfFull() {
-  while (objects_.size() >= config_.max_objects) {
-    object_index_.erase(objects_.back().key);
-    objects_.pop_back();
-    ++stats_.object_evictions;
-  }
-}
-
-void UpdateLoopDetector::EvictResourceIfFull() {
-  while (resources_.size() >= config_.max_resources) {
-    ResourceEntry& victim = resources_.back();
-    // A firing storm must still end with exactly one Resolved.
-    if (victim.firing) pending_.push_back({StormState::kResolved, 0, victim.fired});
-    resource_index_.erase(victim.key);
-    resources_.pop_back();
-    ++stats_.resource_evictions;
-  }
-}
-
 UpdateLoopDetector::ResourceEntry& UpdateLoopDetector::TouchResource(const RequestRecord& r,
                                                                      uint64_t key,
                                                                      int64_t now_ns) {
-  if (auto it = resource_index_.find(key); it != resource_index_.end()) {
-    resources_.splice(resources_.begin(), resources_, it->second);
-    ResourceEntry& res = *it->second;
-    KeepLatestIdentity(res.identity, r);
-    return res;
+  if (ResourceEntry* found = resources_.Touch(key)) {
+    KeepLatestIdentity(found->identity, r);
+    return *found;
   }
-  EvictResourceIfFull();
+  ResourceEntry& res = resources_.FindOrInsert(
+      key, [&] { return ResourceEntry(resource_ring_); },
+      [&](uint64_t, ResourceEntry& victim) {
+        // A firing storm must still end with exactly one Resolved.
+        if (victim.firing) pending_.push_back({StormState::kResolved, 0, victim.fired});
+        ++stats_.resource_evictions;
+      });
   for (UpdateLoopTransition& t : pending_) {
     if (t.at_ns == 0) t.at_ns = now_ns;
   }
-  resources_.emplace_front(resource_ring_);
-  ResourceEntry& res = resources_.front();
   res.key = key;
   res.identity = SharedIdentity(r);
   res.api_group = r.info.api_group;
   res.resource = r.info.resource;
   res.first_seen_ns = now_ns;
-  resource_index_.emplace(key, resources_.begin());
   return res;
 }
 
@@ -189,16 +172,10 @@ void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const uint64_t object_key = CombineKeys(keys.client, keys.object);
 
   const int64_t bucket = BucketOf(now_ns);
-  ObjectEntry* object;
-  if (auto it = object_index_.find(object_key); it != object_index_.end()) {
-    objects_.splice(objects_.begin(), objects_, it->second);
-    object = &*it->second;
-  } else {
-    EvictObjectIfFull();
-    objects_.emplace_front(object_key, resource_key, info.namespace_, info.name, object_ring_);
-    object_index_.emplace(object_key, objects_.begin());
-    object = &objects_.front();
-  }
+  ObjectEntry* object = &objects_.FindOrInsert(
+      object_key,
+      [&] { return ObjectEntry(object_key, resource_key, info.namespace_, info.name, object_ring_); },
+      [&](uint64_t, ObjectEntry&) { ++stats_.object_evictions; });
   newest_bucket_ = std::max(newest_bucket_, bucket);
   object->touched_bucket = newest_bucket_;
   uint32_t* count = object->counts.Slot(bucket);
@@ -273,7 +250,8 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
   // up only for evidence (a key firing or about to).
   absl::flat_hash_map<uint64_t, int64_t> object_rule_since;  // by resource key
   const auto object_limit = static_cast<int>(object_ring_) - 1;
-  for (const ObjectEntry& o : objects_) {
+  for (const auto& kv : objects_) {
+    const ObjectEntry& o = kv.second;
     if (o.touched_bucket < last - window + 1) break;  // this one and all after: no recent write
     const int run = TrailingRun(
         last, object_limit, [&](int64_t s) { return o.counts.At(s) >= config_.object_rate; });
@@ -293,7 +271,8 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
   auto top_objects_of = [&](const ResourceEntry& res) {
     std::vector<std::pair<double, const ObjectEntry*>> busiest;
     const int seconds = EffectiveWindow(window, res.first_seen_ns, last);
-    for (const ObjectEntry& o : objects_) {
+    for (const auto& kv : objects_) {
+    const ObjectEntry& o = kv.second;
       if (o.touched_bucket < last - window + 1) break;
       if (o.resource_key != res.key) continue;
       uint64_t writes = 0;
@@ -317,7 +296,8 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
   };
 
   const auto resource_limit = static_cast<int>(resource_ring_) - 1;
-  for (ResourceEntry& res : resources_) {
+  for (auto& kv : resources_) {
+    ResourceEntry& res = kv.second;
     auto rule_it = object_rule_since.find(res.key);
     const bool object_rule = rule_it != object_rule_since.end();
     auto top_objects = [&] { return top_objects_of(res); };
@@ -371,7 +351,8 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
 
 std::vector<ActiveUpdateLoop> UpdateLoopDetector::Active() const {
   std::vector<ActiveUpdateLoop> active;
-  for (const ResourceEntry& res : resources_) {
+  for (const auto& kv : resources_) {
+    const ResourceEntry& res = kv.second;
     if (res.firing) active.push_back(res.live);
   }
   return active;

@@ -17,12 +17,12 @@
 #include <absl/container/flat_hash_map.h>
 
 #include <cstdint>
-#include <list>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "agent/analysis/storm.h"
+#include "agent/core/bounded_lru.h"
 #include "agent/core/request_record.h"
 
 namespace stormwatch {
@@ -35,6 +35,7 @@ inline constexpr char kUpdateLoopFix[] =
     "requeue the object.";
 
 struct UpdateLoopConfig {
+  bool enabled = true;
   double object_rate = 5.0;  // writes/s on one object
   int object_sustain_s = 10;
   double resource_rate = 100.0;  // writes/s on one resource, all objects
@@ -128,8 +129,6 @@ class UpdateLoopDetector {
   struct ResourceEntry;
 
   ResourceEntry& TouchResource(const RequestRecord& r, uint64_t key, int64_t now_ns);
-  void EvictResourceIfFull();
-  void EvictObjectIfFull();
   UpdateLoopEvidence BuildEvidence(const ResourceEntry& res, int64_t last_bucket,
                                    std::vector<TopObject> top) const;
 
@@ -137,11 +136,9 @@ class UpdateLoopDetector {
   size_t object_ring_ = 0;    // buckets kept per object
   size_t resource_ring_ = 0;  // buckets kept per resource key
 
-  // LRU lists (front = most recently written) with indexes into them.
-  std::list<ObjectEntry> objects_;
-  absl::flat_hash_map<uint64_t, std::list<ObjectEntry>::iterator> object_index_;
-  std::list<ResourceEntry> resources_;
-  absl::flat_hash_map<uint64_t, std::list<ResourceEntry>::iterator> resource_index_;
+  // Bounded, most recently written first (Evaluate relies on that order).
+  BoundedLru<uint64_t, ObjectEntry> objects_;
+  BoundedLru<uint64_t, ResourceEntry> resources_;
 
   std::vector<UpdateLoopTransition> pending_;  // Resolved for firing keys that were evicted
   int64_t newest_bucket_ = 0;  // the newest bucket written so far

@@ -57,13 +57,9 @@ std::optional<CertSubject> ClientCertReader::ReadDer(pid_t pid, CertLocation whe
     return std::nullopt;
   }
   Key key{pid, where.der, where.len};
-  if (auto it = cache_.find(key); it != cache_.end()) {
-    if (it->second.first.tail == tail) {
-      order_.splice(order_.end(), order_, it->second.second);
-      return it->second.first.subject;
-    }
-    order_.erase(it->second.second);  // another certificate now sits there
-    cache_.erase(it);
+  if (Entry* cached = cache_.Touch(key)) {
+    if (cached->tail == tail) return cached->subject;
+    cache_.Erase(key);  // another certificate now sits there
   }
   std::string der(where.len, '\0');
   if (!ReadRemote(pid, where.der, der.data(), der.size())) {
@@ -75,15 +71,11 @@ std::optional<CertSubject> ClientCertReader::ReadDer(pid_t pid, CertLocation whe
     ++read_errors_;
     return std::nullopt;
   }
-  if (cache_.size() >= capacity_) {
-    cache_.erase(order_.front());
-    order_.pop_front();
-  }
-  order_.push_back(key);
-  auto& entry = cache_.emplace(key, std::make_pair(Entry{der.substr(der.size() - tail_len), std::move(*parsed)},
-                                                   std::prev(order_.end())))
-                    .first->second.first;
-  return entry.subject;
+  return cache_
+      .FindOrInsert(
+          key, [&] { return Entry{der.substr(der.size() - tail_len), std::move(*parsed)}; },
+          [](const Key&, Entry&) {})
+      .subject;
 }
 
 std::optional<CertSubject> ClientCertReader::ReadConnection(pid_t pid, uint64_t net_conn,
@@ -141,13 +133,8 @@ std::optional<Identity> ClientCertIdentities::Lookup(const RequestConnection& c)
 }
 
 void ClientCertReader::ForgetProcess(pid_t pid) {
-  for (auto it = order_.begin(); it != order_.end();) {
-    if (it->pid == pid) {
-      cache_.erase(*it);
-      it = order_.erase(it);
-    } else {
-      ++it;
-    }
+  for (auto it = cache_.begin(); it != cache_.end();) {
+    it = it->first.pid == pid ? cache_.Erase(it) : std::next(it);
   }
 }
 

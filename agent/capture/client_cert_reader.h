@@ -14,13 +14,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <list>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "agent/core/bounded_lru.h"
 #include "agent/core/request_record.h"
 #include "agent/core/result.h"
 #include "bpf/events.h"
@@ -43,7 +43,7 @@ struct CertLocation {
 
 class ClientCertReader {
  public:
-  explicit ClientCertReader(size_t capacity = 4096) : capacity_(capacity) {}
+  explicit ClientCertReader(size_t capacity = 4096) : cache_(capacity) {}
 
   // The subject of the certificate at `where`; nullopt when it cannot be read or parsed.
   std::optional<CertSubject> ReadDer(pid_t pid, CertLocation where);
@@ -72,9 +72,7 @@ class ClientCertReader {
       return std::hash<uint64_t>{}(k.der ^ (uint64_t(k.pid) << 48) ^ (uint64_t(k.len) << 32));
     }
   };
-  size_t capacity_;
-  std::list<Key> order_;
-  std::unordered_map<Key, std::pair<Entry, std::list<Key>::iterator>, KeyHash> cache_;
+  BoundedLru<Key, Entry, KeyHash> cache_;  // least recently read first out
   uint64_t read_errors_ = 0;
 };
 

@@ -3,7 +3,7 @@
 #include <sys/socket.h>
 
 #include "agent/capture/remote_memory.h"
-#include "agent/protocol/tcp_endpoint.h"
+#include "agent/core/tcp_endpoint.h"
 #include "bpf/events.h"
 
 namespace stormwatch {

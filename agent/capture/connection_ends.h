@@ -16,7 +16,7 @@
 
 #include <unordered_map>
 
-#include "agent/analysis/bounded_lru.h"
+#include "agent/core/bounded_lru.h"
 #include "bpf/events.h"
 
 namespace stormwatch {

@@ -383,6 +383,7 @@ Schema BuildSchema() {
 
   s.DetectorKeys<UpdateLoopConfig>("update_loop",
                                    [](auto& o) -> auto& { return o.detectors.update_loop; })
+      .Enabled()
       .Number("object_rate", &UpdateLoopConfig::object_rate, kRate)
       .Number("object_sustain_s", &UpdateLoopConfig::object_sustain_s, kWindow)
       .Number("resource_rate", &UpdateLoopConfig::resource_rate, kRate)

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "agent/core/result.h"
-#include "agent/options.h"
+#include "agent/config/agent_options.h"
 
 namespace stormwatch {
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "agent/core/request_record.h"
@@ -89,6 +90,12 @@ struct EtcdRequest {
   std::string peer_address;  // the client's ip:port as etcd sees it, "" when unknown
   RequestConnection connection;  // pid and where the peer's certificate sits in the target
   Identity identity;             // the client (its certificate CN), filled by the pipeline
+  // Filled by the pipeline once the call is final: the resource label of `decoded`, from a
+  // bounded vocabulary the pipeline owns ("" for calls without a key).
+  std::string_view resource;
+  // Not 0: the call was seen by the HTTP/2 server probes only (no gRPC interceptor found):
+  // `method` is the HTTP/2 path, this its HTTP status, and nothing else is known.
+  int http_status = 0;
 };
 
 // Label values of stormwatch_etcd_stream_messages_total's `message`.

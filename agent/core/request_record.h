@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,23 @@ struct ResponseFacts {
   std::string resource_version;
 };
 
+// How a response body was encoded, and what reading its first bytes established
+// (agent/kube/object_facts.h).
+enum class BodyEncoding { kJson, kProtobuf, kOther };
+
+// What reading a response body established.
+enum class BodyFactsResult {
+  kObject,      // an object whose facts are known (ResponseFacts::object_seen)
+  kPartial,     // an object, cut before its metadata said enough
+  kNotObject,   // a Status, a List, or not a Kubernetes object
+  kUnreadable,  // malformed, or an encoding the agent does not read (CBOR, YAML)
+};
+
+struct BodyFacts {
+  BodyEncoding encoding = BodyEncoding::kOther;
+  BodyFactsResult result = BodyFactsResult::kUnreadable;
+};
+
 // The connection a request came on, as far as naming its client needs it.
 struct RequestConnection {
   uint32_t pid = 0;
@@ -139,6 +157,8 @@ struct RequestRecord {
   // Transient: the start of a write's response body, parsed into `response` and cleared by the
   // pipeline before the record goes anywhere (a body may hold a Secret).
   std::string response_body_prefix;
+  // What reading that prefix established; empty when there was none to read.
+  std::optional<BodyFacts> body_read;
 
   // Kubernetes facts, filled by agent/kube.
   RequestInfo info;

@@ -1,7 +1,7 @@
 // Names of API Priority and Fairness objects by UID. kube-apiserver labels every response with
 // X-Kubernetes-PF-PriorityLevel-UID and X-Kubernetes-PF-FlowSchema-UID; operators know the
 // objects by name ("exempt", "workload-low", "service-accounts"). The names come from the
-// cluster's PriorityLevelConfiguration and FlowSchema lists (agent/capture/apf_fetcher.h), with
+// cluster's PriorityLevelConfiguration and FlowSchema lists (agent/kube/apf_fetcher.h), with
 // a static mapping from configuration as the fallback. Pure parsing plus a thread-safe table.
 #pragma once
 

@@ -373,4 +373,9 @@ Identity IdentityFromHeaders(std::string_view authorization, std::string_view us
   }
 }
 
+const std::string& ClientLabel(const Identity& identity) {
+  static const std::string kUnknown = "unknown";
+  return identity.user.empty() ? kUnknown : identity.user;
+}
+
 }  // namespace stormwatch

@@ -34,6 +34,9 @@ inline constexpr size_t kMaxUserAgentBytes = 256;
 //    long, another scheme): kUnknown with `reason`; never throws.
 Identity IdentityFromHeaders(std::string_view authorization, std::string_view user_agent);
 
+// The `client` label: who an operator can act on ("unknown" when nobody is named).
+const std::string& ClientLabel(const Identity& identity);
+
 // The keyed 64-bit hash used for "token:" names (exposed for tests and for other code that
 // needs a per-process key for a secret, e.g. certificate fingerprints).
 uint64_t KeyedHash(std::string_view data);

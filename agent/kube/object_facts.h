@@ -18,20 +18,6 @@
 
 namespace stormwatch {
 
-enum class BodyEncoding { kJson, kProtobuf, kOther };
-
-// What reading a response body established.
-enum class BodyFactsResult {
-  kObject,      // an object whose facts are known (ResponseFacts::object_seen)
-  kPartial,     // an object, cut before its metadata said enough
-  kNotObject,   // a Status, a List, or not a Kubernetes object
-  kUnreadable,  // malformed, or an encoding the agent does not read (CBOR, YAML)
-};
-
-struct BodyFacts {
-  BodyEncoding encoding = BodyEncoding::kOther;
-  BodyFactsResult result = BodyFactsResult::kUnreadable;
-};
 
 // Label values of stormwatch_response_bodies_total.
 std::string_view BodyEncodingName(BodyEncoding e);

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 
+#include "agent/kube/identity.h"
 #include "agent/kube/record_keys.h"
-#include "agent/protocol/tcp_endpoint.h"
+#include "agent/core/tcp_endpoint.h"
 
 namespace stormwatch {
 
@@ -114,6 +115,53 @@ nlohmann::json ClientPeers::TopSnapshot(int64_t now_ns, size_t limit, int64_t ac
   }
   for (auto& [key, c] : clients_) c.requests_at_top = c.requests;
   return out;
+}
+
+void ClientPeers::OnRequest(const RequestRecord& r) {
+  // KeyOf(client): the user's key, or that of "unknown".
+  static const uint64_t kUnknownKey = KeyOf(ClientLabel(Identity{}));
+  const std::string& priority_level = r.response.priority_level.empty()
+                                          ? r.response.priority_level_uid
+                                          : r.response.priority_level;
+  Observe(r.identity.user.empty() ? kUnknownKey : r.keys.user, ClientLabel(r.identity),
+          r.peer_address, r.local_address, static_cast<int64_t>(r.end_ns),
+          ClientRequestFacts{.list = r.info.verb == "list",
+                             .response_bytes = r.response_bytes,
+                             .status = r.status,
+                             .priority_level = &priority_level});
+}
+
+void ClientPeers::OnStormTransition(const StormTransition& t) {
+  const StormEvidence& e = t.evidence;
+  const std::string& client = ClientLabel(e.identity);
+  const std::string storm = e.resource.empty()
+                                ? e.storm
+                                : e.storm + " " + (e.api_group.empty() ? e.resource
+                                                                       : e.resource + "." + e.api_group);
+  if (t.state == StormState::kFiring) {
+    active_storms_[client].insert(storm);
+  } else if (auto it = active_storms_.find(client); it != active_storms_.end()) {
+    it->second.erase(storm);
+    if (it->second.empty()) active_storms_.erase(it);
+  }
+}
+
+nlohmann::json ClientPeers::TopDocument(int64_t now_ns) {
+  nlohmann::json clients = TopSnapshot(now_ns);
+  for (nlohmann::json& c : clients) {
+    nlohmann::json storms = nlohmann::json::array();
+    if (auto it = active_storms_.find(c["client"].get<std::string>()); it != active_storms_.end()) {
+      for (const std::string& s : it->second) storms.push_back(s);
+    }
+    c["storms"] = std::move(storms);
+  }
+  // Storms of clients not in the list (quiet now, or beyond its limit) are still shown.
+  nlohmann::json storms = nlohmann::json::object();
+  for (const auto& [client, set] : active_storms_) storms[client] = set;
+  return {{"monotonic_s", now_ns / 1e9},
+          {"requests", total_requests()},
+          {"clients", std::move(clients)},
+          {"active_storms", std::move(storms)}};
 }
 
 }  // namespace stormwatch

@@ -6,12 +6,15 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "agent/analysis/bounded_lru.h"
+#include "agent/analysis/record_sink.h"
+#include "agent/core/bounded_lru.h"
 
 namespace stormwatch {
 
@@ -25,7 +28,8 @@ struct ClientRequestFacts {
   const std::string* priority_level = nullptr;
 };
 
-class ClientPeers {
+// As a sink of the pipeline it also keeps which storms are active per client, for `top`.
+class ClientPeers final : public RecordSink {
  public:
   static constexpr size_t kPeersPerClient = 8;
 
@@ -43,6 +47,11 @@ class ClientPeers {
                const ClientRequestFacts& facts = {});
   static uint64_t KeyOf(const std::string& client);
 
+  // The sink: each finished request is observed with what `top` shows of it; storm
+  // transitions keep the active storms per client.
+  void OnRequest(const RequestRecord& r) override;
+  void OnStormTransition(const StormTransition& t) override;
+
   // The client's peers, most requests first, at most `limit`:
   // [{"ip": "10.244.1.7", "requests": 120, "last_peer": "10.244.1.7:51234",
   //   "last_local": "10.0.0.2:6443"}] (last_*: the latest request's connection).
@@ -59,6 +68,10 @@ class ClientPeers {
   // starts again at 0): rates are their deltas, computed by the reader. Called once a second.
   nlohmann::json TopSnapshot(int64_t now_ns, size_t limit = 500,
                              int64_t active_ns = 30'000'000'000);
+  // The /debug/top document: {"monotonic_s": the snapshot's time, "requests":
+  // total_requests(), "clients": TopSnapshot's, each with "storms": ["list_storm configmaps",
+  // ...] (active), "active_storms": {client: [...]}}.
+  nlohmann::json TopDocument(int64_t now_ns);
   // Requests of every client ever observed (cumulative, evicted ones included).
   uint64_t total_requests() const { return total_requests_; }
 
@@ -85,6 +98,9 @@ class ClientPeers {
 
   BoundedLru<uint64_t, Client> clients_;  // by KeyOf(name)
   uint64_t total_requests_ = 0;
+  // Firing storms per client label ("storm resource.group"), from the transitions (the
+  // detectors bound how many fire).
+  std::map<std::string, std::set<std::string>> active_storms_;
 };
 
 }  // namespace stormwatch

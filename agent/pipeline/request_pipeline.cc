@@ -2,17 +2,9 @@
 
 #include <cstring>
 
-#include "agent/analysis/conflict_storm_detector.h"
-#include "agent/analysis/etcd_range_storm_detector.h"
-#include "agent/analysis/exempt_client_detector.h"
-#include "agent/analysis/list_storm_detector.h"
-#include "agent/analysis/relist_churn_detector.h"
-#include "agent/analysis/stuck_finalizers_detector.h"
-#include "agent/analysis/throttled_client_detector.h"
 #include "agent/kube/etcd_keys.h"
 #include "agent/kube/identity.h"
 #include "agent/kube/object_facts.h"
-#include "agent/kube/metric_labels.h"
 #include "agent/kube/query_shape.h"
 #include "agent/kube/record_keys.h"
 #include "agent/kube/request_info.h"
@@ -23,68 +15,29 @@
 namespace stormwatch {
 
 IdentityRef IdentityCache::Resolve(std::string_view authorization, std::string_view user_agent) {
-  uint64_t key = KeyedHash(authorization) * 31 + KeyedHash(user_agent);
-  if (auto it = index_.find(key); it != index_.end()) {
+  const uint64_t key = KeyedHash(authorization) * 31 + KeyedHash(user_agent);
+  if (IdentityRef* found = lru_.Touch(key)) {
     ++hits_;
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return it->second->second;
+    return *found;
   }
   ++misses_;
-  auto id = std::make_shared<const Identity>(IdentityFromHeaders(authorization, user_agent));
-  lru_.emplace_front(key, id);
-  index_[key] = lru_.begin();
-  if (lru_.size() > capacity_) {
-    index_.erase(lru_.back().first);
-    lru_.pop_back();
-  }
-  return id;
+  return lru_.FindOrInsert(
+      key,
+      [&] { return std::make_shared<const Identity>(IdentityFromHeaders(authorization, user_agent)); },
+      [](uint64_t, IdentityRef&) {});
 }
 
-const std::string& ClientLabel(const Identity& identity) {
-  static const std::string kUnknown = "unknown";
-  return identity.user.empty() ? kUnknown : identity.user;
-}
-
-RequestPipeline::RequestPipeline(PrometheusExporter* exporter, const DetectorsConfig& detectors,
-                                 TransitionSink on_transition, AssemblerLimits limits,
+RequestPipeline::RequestPipeline(const DetectorsConfig& detectors, AssemblerLimits limits,
                                  ConnectionLookups connections, ApfNaming apf)
-    : exporter_(exporter),
-      connections_(std::move(connections)),
+    : connections_(std::move(connections)),
       assembler_([this](const RequestConnection& c, std::string_view a,
                         std::string_view ua) { return Resolve(c, a, ua); },
                  limits),
       http1_([this](const Http1Exchange& x) { OnHttp1Exchange(x); }),
       grpc_([this](EtcdRequest& r) { OnEtcdCall(r); }),
       apf_(std::move(apf)),
-      on_transition_(std::move(on_transition)) {
-  detectors_.push_back(
-      std::make_unique<UpdateLoopStormDetector>(detectors.update_loop, detectors.update_loop_allow));
-  if (detectors.list_storm.enabled) {
-    detectors_.push_back(std::make_unique<ListStormDetector>(detectors.list_storm));
-  }
-  if (detectors.exempt_client.enabled) {
-    auto d = std::make_unique<ExemptClientDetector>(detectors.exempt_client);
-    exempt_ = d.get();
-    detectors_.push_back(std::move(d));
-  }
-  if (detectors.conflict_storm.enabled) {
-    detectors_.push_back(std::make_unique<ConflictStormDetector>(detectors.conflict_storm));
-  }
-  if (detectors.throttled_client.enabled) {
-    detectors_.push_back(std::make_unique<ThrottledClientDetector>(detectors.throttled_client));
-  }
-  if (detectors.stuck_finalizers.enabled) {
-    detectors_.push_back(std::make_unique<StuckFinalizersDetector>(detectors.stuck_finalizers));
-  }
-  if (detectors.relist_churn.enabled) {
-    detectors_.push_back(std::make_unique<RelistChurnDetector>(detectors.relist_churn));
-  }
-  if (detectors.etcd_range_storm.enabled) {
-    auto d = std::make_unique<EtcdRangeStormDetector>(detectors.etcd_range_storm);
-    etcd_range_ = d.get();
-    detectors_.push_back(std::move(d));
-  }
-}
+      storms_(detectors),
+      sinks_{&storms_, &peers_, &recorder_} {}
 
 RequestPipeline::~RequestPipeline() = default;
 
@@ -193,19 +146,7 @@ void RequestPipeline::NameApfLevels(ResponseFacts& facts) {
   if (unknown && apf_.on_unknown_uid) apf_.on_unknown_uid();
 }
 
-namespace {
-// gRPC paths are "/package.Service/Method"; anything else is folded so labels stay bounded.
-std::string GrpcMethodLabel(const std::string& path) {
-  if (path.size() > 96 || path.size() < 4 || path[0] != '/') return "other";
-  size_t slash = path.find('/', 1);
-  if (slash == std::string::npos || path.find_first_of("?/ ", slash + 1) != std::string::npos) {
-    return "other";
-  }
-  return path;
-}
-}  // namespace
-
-const std::string& RequestPipeline::EtcdResource(const EtcdKey& key) {
+std::string_view RequestPipeline::EtcdResource(const EtcdKey& key) {
   static const std::string kOther = "other";
   // Resources are the cluster's API (built-ins and CRDs); keys under /registry that name more
   // than this many are folded, since anyone with etcd credentials can write any key.
@@ -226,30 +167,16 @@ void RequestPipeline::OnEtcdCall(EtcdRequest& r) {
   if (connections_.identity && r.connection.client_cert_der != 0) {
     if (std::optional<Identity> cert = connections_.identity(r.connection)) r.identity = std::move(*cert);
   }
-  if (recorder_.etcd) recorder_.etcd(r);
-  const std::string& client = ClientLabel(r.identity);
-  const std::string method = GrpcMethodLabel(r.method);
-  static const std::string kNoKey;
-  if (r.stream_message != EtcdStreamMessage::kNone) {
-    // One message of an open stream: its stream is counted as a call when it closes.
-    const bool create = r.stream_message == EtcdStreamMessage::kWatchCreate;
-    exporter_->CountEtcdStreamMessage(method, EtcdStreamMessageName(r.stream_message),
-                                      create ? EtcdResource(r.decoded) : kNoKey, client);
-    return;
-  }
   const bool keyed = r.request == EtcdMessage::kRangeRequest || r.request == EtcdMessage::kPutRequest ||
                      r.request == EtcdMessage::kDeleteRangeRequest || r.request == EtcdMessage::kTxnRequest;
-  // Calls without a key (leases, compaction, status, watches) have resource="".
-  const std::string& resource = keyed ? EtcdResource(r.decoded) : kNoKey;
-  exporter_->CountEtcdRequest(method, resource, client, GrpcCodeName(r.code));
-  if (r.request == EtcdMessage::kRangeRequest && r.kvs >= 0) {
-    exporter_->CountEtcdRange(resource, client, static_cast<uint64_t>(r.kvs), r.kv_bytes);
-  }
-  if (!r.stream && r.end_ns >= r.start_ns) {
-    exporter_->ObserveEtcdDuration(method, resource, (r.end_ns - r.start_ns) / 1e9);
-  }
-  if (etcd_range_) etcd_range_->ObserveEtcd(r, static_cast<int64_t>(r.end_ns));
-  etcd_links_.OnRange(r);
+  // Calls without a key (leases, compaction, status, watches) have resource=""; of the
+  // messages of an open stream, a watch's creation names its resource.
+  const bool named = r.stream_message == EtcdStreamMessage::kNone
+                         ? keyed
+                         : r.stream_message == EtcdStreamMessage::kWatchCreate;
+  r.resource = named ? EtcdResource(r.decoded) : std::string_view();
+  Deliver(r);
+  if (r.stream_message == EtcdStreamMessage::kNone) etcd_links_.OnRange(r);
 }
 
 void RequestPipeline::ReplayRequest(RequestRecord&& r) {
@@ -274,9 +201,9 @@ void RequestPipeline::OnEtcdHttp2Request(const RequestRecord& r) {
   e.end_ns = r.end_ns;
   e.method = r.path;
   e.identity = r.identity;
-  exporter_->CountEtcdRequest(GrpcMethodLabel(r.path), "other", ClientLabel(r.identity),
-                              std::to_string(r.status));
-  if (etcd_range_) etcd_range_->ObserveEtcd(e, static_cast<int64_t>(r.end_ns));
+  e.resource = "other";
+  e.http_status = r.status;
+  Deliver(e);
 }
 
 IdentityRef RequestPipeline::InternIdentity(const RequestRecord& r) {
@@ -304,141 +231,64 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   // every response's first bytes.
   const bool write = !r.method.empty() && (r.method[0] == 'P' || r.method[0] == 'D');
   if (write && !r.response_body_prefix.empty()) {
-    const BodyFacts body = ParseObjectFacts(r.response_body_prefix, &r.response);
-    exporter_->CountResponseBody(BodyEncodingName(body.encoding), BodyFactsResultName(body.result));
+    r.body_read = ParseObjectFacts(r.response_body_prefix, &r.response);
   }
   std::string().swap(r.response_body_prefix);
   NameApfLevels(r.response);
   etcd_links_.Match(r);
-  if (recorder_.request) recorder_.request(r);
-  MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
-  const std::string& client = ClientLabel(r.identity);
-  // KeyOf(client): the user's key, or that of "unknown".
-  static const uint64_t kUnknownKey = ClientPeers::KeyOf(ClientLabel(Identity{}));
-  const bool list = r.info.verb == "list";
-  const std::string& priority_level = r.response.priority_level.empty()
-                                          ? r.response.priority_level_uid
-                                          : r.response.priority_level;
-  peers_.Observe(r.identity.user.empty() ? kUnknownKey : r.keys.user, client, r.peer_address,
-                 r.local_address, static_cast<int64_t>(r.end_ns),
-                 ClientRequestFacts{.list = list,
-                                    .response_bytes = r.response_bytes,
-                                    .status = r.status,
-                                    .priority_level = &priority_level});
-  exporter_->CountRequest(RequestLabels{client, m.verb, m.group, m.version, m.resource,
-                                        m.subresource, m.scope, std::to_string(r.status)},
-                          r.response_bytes);
-  if (list) {
-    exporter_->CountList(client, m.group, m.resource, m.scope,
-                         ConsistencyName(r.shape.consistency), r.shape.paginated);
-  }
-  if (!r.response.priority_level_uid.empty() || !r.response.flow_schema_uid.empty()) {
-    exporter_->CountApf(client, r.response.priority_level, r.response.flow_schema);
-  }
-  if (r.status == 429) {
-    exporter_->CountThrottled(client, r.response.priority_level, r.response.retry_after_s);
-  }
-  if (m.verb == "WATCH" && r.end_ns >= r.start_ns) {
-    exporter_->CountWatch(client, m.group, m.resource, (r.end_ns - r.start_ns) / 1e9,
-                          r.shape.send_initial_events);
-  }
-  // Watches last minutes by design: their duration says nothing about latency.
-  if (m.verb != "WATCH" && r.end_ns >= r.start_ns) {
-    exporter_->ObserveDuration(m.verb, m.group, m.resource, (r.end_ns - r.start_ns) / 1e9);
-  }
-  for (auto& d : detectors_) d->Observe(r, static_cast<int64_t>(r.end_ns));
+  Deliver(r);
 }
 
-nlohmann::json RequestPipeline::TopSnapshot(int64_t now_ns) {
-  nlohmann::json clients = peers_.TopSnapshot(now_ns);
-  for (nlohmann::json& c : clients) {
-    nlohmann::json storms = nlohmann::json::array();
-    if (auto it = active_storms_.find(c["client"].get<std::string>()); it != active_storms_.end()) {
-      for (const std::string& s : it->second) storms.push_back(s);
-    }
-    c["storms"] = std::move(storms);
-  }
-  // Storms of clients not in the list (quiet now, or beyond its limit) are still shown.
-  nlohmann::json storms = nlohmann::json::object();
-  for (const auto& [client, set] : active_storms_) storms[client] = set;
-  return {{"monotonic_s", now_ns / 1e9},
-          {"requests", peers_.total_requests()},
-          {"clients", std::move(clients)},
-          {"active_storms", std::move(storms)}};
+void RequestPipeline::Deliver(const RequestRecord& r) {
+  for (RecordSink* sink : sinks_) sink->OnRequest(r);
 }
 
-void RequestPipeline::PublishDetectorState(int64_t now_ns) {
-  for (const auto& d : detectors_) {
-    DetectorStats st = d->Stats();
-    exporter_->SetDetectorState(d->storm(), st.tracked, st.evictions);
-  }
-  if (exempt_) {
-    for (const ExemptClient& c : exempt_->ExemptClients(now_ns)) {
-      if (c.priority_level_exempt_requests) {
-        exporter_->CountExemptClientRequests(c.user, kReasonPriorityLevelExempt,
-                                             c.priority_level_exempt_requests, c.first_seen_ns,
-                                             c.last_seen_ns);
-      }
-      if (c.system_masters_requests) {
-        exporter_->CountExemptClientRequests(c.user, kReasonSystemMasters,
-                                             c.system_masters_requests, c.first_seen_ns,
-                                             c.last_seen_ns);
-      }
-    }
-  }
+void RequestPipeline::Deliver(const EtcdRequest& r) {
+  for (RecordSink* sink : sinks_) sink->OnEtcdCall(r);
+}
+
+void RequestPipeline::SetRecorder(Recorder recorder) {
+  recorder_.request = std::move(recorder.request);
+  // The HTTP/2 server's view of an etcd call (no interceptor) is not a recordable call.
+  recorder_.etcd = [etcd = std::move(recorder.etcd)](const EtcdRequest& r) {
+    if (etcd && r.http_status == 0) etcd(r);
+  };
 }
 
 void RequestPipeline::Tick(int64_t now_ns) {
   assembler_.Expire(static_cast<uint64_t>(now_ns));
   http1_.Expire(static_cast<uint64_t>(now_ns));
-  for (auto& d : detectors_) {
-    for (StormTransition& t : d->Evaluate(now_ns)) {
-      StormEvidence& e = t.evidence;
-      bool firing = t.state == StormState::kFiring;
-      const std::string client = ClientLabel(e.identity);
-      // Which machines the client's requests come from: its pods, or the nodes behind them.
-      if (nlohmann::json peers = peers_.TopPeers(client); !peers.empty()) e.details["peers"] = peers;
-      exporter_->SetStormActive({{"storm", e.storm},
-                                 {"client", client},
-                                 {"group", e.api_group},
-                                 {"resource", e.resource},
-                                 {"severity", e.severity},
-                                 // not "namespace": Prometheus sets that to the scraped pod's
-                                 {"object_namespace", e.namespace_}},
-                                firing);
-      if (firing) exporter_->CountStormStarted(e.storm);
-      // For /debug/top: the storms active per client (detectors bound how many fire).
-      const std::string storm = e.resource.empty()
-                                    ? e.storm
-                                    : e.storm + " " + (e.api_group.empty() ? e.resource
-                                                                           : e.resource + "." + e.api_group);
-      if (firing) {
-        active_storms_[client].insert(storm);
-      } else if (auto it = active_storms_.find(client); it != active_storms_.end()) {
-        it->second.erase(storm);
-        if (it->second.empty()) active_storms_.erase(it);
-      }
-      on_transition_(t);
+  for (StormTransition& t : storms_.Evaluate(now_ns)) {
+    // Which machines the client's requests come from: its pods, or the nodes behind them.
+    StormEvidence& e = t.evidence;
+    if (nlohmann::json peers = peers_.TopPeers(ClientLabel(e.identity)); !peers.empty()) {
+      e.details["peers"] = std::move(peers);
     }
+    for (RecordSink* sink : sinks_) sink->OnStormTransition(t);
   }
+  const PipelineHealth health = Health();
+  for (RecordSink* sink : sinks_) sink->OnTick(now_ns, health);
+}
+
+PipelineHealth RequestPipeline::Health() const {
   const AssemblerStats& a = assembler_.stats();
-  exporter_->SetCaptureLoss("request_without_response", a.requests_without_response);
-  exporter_->SetCaptureLoss("response_without_request", a.responses_without_request);
-  exporter_->SetCaptureLoss("headers_truncated", a.truncated_headers);
-  exporter_->SetCaptureLoss("undecodable_event", stats_.decode_errors);
   const Http1Stats& h1 = http1_.stats();
-  exporter_->SetCaptureLoss("http1_head_truncated", h1.head_truncated);
-  exporter_->SetCaptureLoss("http1_unparseable", h1.unparseable);
-  exporter_->SetCaptureLoss("http1_response_without_request", h1.responses_without_request);
-  exporter_->SetCaptureLoss("http1_request_without_response", h1.requests_without_response);
-  exporter_->SetCaptureLoss("http1_connection_evicted", h1.connections_evicted);
-  exporter_->SetCaptureLoss("http1_joined_mid_response", h1.joined_mid_response);
   const GrpcCallStats& g = grpc_.stats();
-  exporter_->SetCaptureLoss("grpc_return_without_call", g.returns_without_call);
-  exporter_->SetCaptureLoss("grpc_call_evicted", g.calls_evicted);
   const EtcdLinkStats& l = etcd_links_.stats();
-  exporter_->SetEtcdLinks(l.lists, l.lists_matched);
-  PublishDetectorState(now_ns);
+  return {.capture_loss = {{"request_without_response", a.requests_without_response},
+                           {"response_without_request", a.responses_without_request},
+                           {"headers_truncated", a.truncated_headers},
+                           {"undecodable_event", stats_.decode_errors},
+                           {"http1_head_truncated", h1.head_truncated},
+                           {"http1_unparseable", h1.unparseable},
+                           {"http1_response_without_request", h1.responses_without_request},
+                           {"http1_request_without_response", h1.requests_without_response},
+                           {"http1_connection_evicted", h1.connections_evicted},
+                           {"http1_joined_mid_response", h1.joined_mid_response},
+                           {"grpc_return_without_call", g.returns_without_call},
+                           {"grpc_call_evicted", g.calls_evicted}},
+          .etcd_lists = l.lists,
+          .etcd_lists_matched = l.lists_matched};
 }
 
 }  // namespace stormwatch

@@ -1,24 +1,26 @@
-// Everything between a captured event and the exporters: decode, join request and response,
-// name the request the way kube-apiserver does, attribute it, count it, feed the detectors.
+// Everything between a captured event and the sinks: decode, join request and response, name
+// the request the way kube-apiserver does and attribute it, once, into one immutable record;
+// then hand that record to every sink (agent/analysis/record_sink.h): the storm detectors, the
+// per-client views, the recorder, and what the caller adds (the metrics, the alert outputs).
 // No BPF here: tests drive it with synthetic events.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <list>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <span>
+#include <string_view>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
-#include "agent/analysis/bounded_lru.h"
 #include "agent/analysis/detector_config.h"
+#include "agent/analysis/record_sink.h"
 #include "agent/analysis/storm.h"
+#include "agent/analysis/storm_detectors.h"
+#include "agent/core/bounded_lru.h"
 #include "agent/capture/connection_ends.h"
 #include "agent/kube/apf_names.h"
 #include "agent/core/etcd_request.h"
@@ -28,7 +30,6 @@
 #include "agent/protocol/grpc_calls.h"
 #include "agent/protocol/http1_stream.h"
 #include "agent/protocol/request_assembler.h"
-#include "exporters/prometheus_exporter.h"
 
 namespace stormwatch {
 
@@ -38,20 +39,15 @@ namespace stormwatch {
 // kept.
 class IdentityCache {
  public:
-  explicit IdentityCache(size_t capacity = 4096) : capacity_(capacity) {}
+  explicit IdentityCache(size_t capacity = 4096) : lru_(capacity) {}
   IdentityRef Resolve(std::string_view authorization, std::string_view user_agent);
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
 
  private:
-  size_t capacity_;
-  std::list<std::pair<uint64_t, IdentityRef>> lru_;
-  std::unordered_map<uint64_t, std::list<std::pair<uint64_t, IdentityRef>>::iterator> index_;
+  BoundedLru<uint64_t, IdentityRef> lru_;  // by keyed hash of (authorization, user agent)
   uint64_t hits_ = 0, misses_ = 0;
 };
-
-// The `client` label: who an operator can act on.
-const std::string& ClientLabel(const Identity& identity);
 
 struct PipelineStats {
   uint64_t events = 0;
@@ -76,9 +72,6 @@ struct ConnectionLookups {
   std::function<void(uint32_t pid, uint64_t http_conn)> http1_closed;
 };
 
-class ExemptClientDetector;
-class EtcdRangeStormDetector;
-
 // APF UIDs to names (agent/kube/apf_names.h), and a nudge when a UID had no name yet.
 struct ApfNaming {
   const ApfNames* names = nullptr;
@@ -87,12 +80,14 @@ struct ApfNaming {
 
 class RequestPipeline {
  public:
-  using TransitionSink = std::function<void(const StormTransition&)>;
-
-  RequestPipeline(PrometheusExporter* exporter, const DetectorsConfig& detectors,
-                  TransitionSink on_transition, AssemblerLimits limits = {},
-                  ConnectionLookups connections = {}, ApfNaming apf = {});
+  explicit RequestPipeline(const DetectorsConfig& detectors, AssemblerLimits limits = {},
+                           ConnectionLookups connections = {}, ApfNaming apf = {});
   ~RequestPipeline();
+
+  // Every finished record, storm transition and tick goes to `sink` too, after the
+  // pipeline's own sinks (detectors, client views, recorder), in the order added. Not owned:
+  // it must outlive the pipeline's use.
+  void AddSink(RecordSink* sink) { sinks_.push_back(sink); }
 
   // One ring-buffer record.
   void OnEvent(std::span<const uint8_t> bytes);
@@ -104,10 +99,11 @@ class RequestPipeline {
     std::function<void(const RequestRecord&)> request;
     std::function<void(const EtcdRequest&)> etcd;
   };
-  void SetRecorder(Recorder recorder) { recorder_ = std::move(recorder); }
+  void SetRecorder(Recorder recorder);
   void ReplayRequest(RequestRecord&& r);
   void ReplayEtcdCall(EtcdRequest&& r);
-  // Once a second: expire stale requests, run detectors, publish loss counters.
+  // Once a second: expire stale requests, run the detectors, hand their transitions and the
+  // pipeline's loss counters to the sinks.
   void Tick(int64_t now_ns);
   void SetTargetRole(uint32_t tgid, TargetRole role) { roles_[tgid] = role; }
   // An etcd target attached at its gRPC interceptor: how to read its messages.
@@ -126,19 +122,18 @@ class RequestPipeline {
   const Http1Connections& http1() const { return http1_; }
   const GrpcCalls& grpc() const { return grpc_; }
   const EtcdLinks& etcd_links() const { return etcd_links_; }
-  const std::vector<std::unique_ptr<StormDetector>>& detectors() const { return detectors_; }
+  const StormDetectors& storms() const { return storms_; }
+  const std::vector<std::unique_ptr<StormDetector>>& detectors() const { return storms_.detectors(); }
   // The busiest clients with the peer IPs they connect from (/debug/clients).
   nlohmann::json ClientsSnapshot(int64_t now_ns) const { return peers_.Snapshot(now_ns); }
-  // For /debug/top (`stormwatch top`), once a second: {"monotonic_s": the snapshot's time,
-  // "requests": every client's requests so far, "clients": ClientPeers::TopSnapshot's, each
-  // with "storms": ["list_storm configmaps", ...] (active), "active_storms": {client: [...]}}.
-  nlohmann::json TopSnapshot(int64_t now_ns);
+  // For /debug/top (`stormwatch top`), once a second: ClientPeers::TopDocument.
+  nlohmann::json TopSnapshot(int64_t now_ns) { return peers_.TopDocument(now_ns); }
 
  private:
   void OnRequest(RequestRecord& r);
   void OnHttp1Exchange(const Http1Exchange& x);
   void NameApfLevels(ResponseFacts& facts);
-  void PublishDetectorState(int64_t now_ns);
+  PipelineHealth Health() const;
   IdentityRef Resolve(const RequestConnection& connection, std::string_view authorization,
                       std::string_view user_agent);
   // etcd's calls: from its gRPC interceptor (OnEtcdCall), or, where that was not found, from
@@ -146,13 +141,15 @@ class RequestPipeline {
   void OnEtcdCall(EtcdRequest& r);
   void OnEtcdHttp2Request(const RequestRecord& r);
   // The resource label of an etcd key, from a bounded vocabulary (keys are client-chosen).
-  const std::string& EtcdResource(const EtcdKey& key);
+  std::string_view EtcdResource(const EtcdKey& key);
+  // The record is final: every sink gets it.
+  void Deliver(const RequestRecord& r);
+  void Deliver(const EtcdRequest& r);
   // One shared, immutable Identity per client (RecordKeys::client), so detectors keep a
   // pointer instead of copying its strings per tracked key. Bounded: an identity pushed out
   // lives on where a detector still holds it; the next request of its client interns it anew.
   IdentityRef InternIdentity(const RequestRecord& r);
 
-  PrometheusExporter* exporter_;
   IdentityCache identities_;
   static constexpr size_t kInternedIdentities = 8192;
   BoundedLru<uint64_t, IdentityRef> interned_identities_{kInternedIdentities};
@@ -164,15 +161,11 @@ class RequestPipeline {
   EtcdLinks etcd_links_;
   std::unordered_set<std::string> etcd_resources_;
   ApfNaming apf_;
-  std::vector<std::unique_ptr<StormDetector>> detectors_;  // one per enabled storm
-  ExemptClientDetector* exempt_ = nullptr;      // in detectors_, when enabled
-  EtcdRangeStormDetector* etcd_range_ = nullptr;  // in detectors_, when enabled
-  TransitionSink on_transition_;
-  Recorder recorder_;
+  StormDetectors storms_;
+  CallbackSink recorder_;
+  std::vector<RecordSink*> sinks_;  // storms_, peers_, recorder_, then those added
   PipelineStats stats_;
   std::unordered_map<uint32_t, TargetRole> roles_;  // by process; unknown = apiserver
-  // Firing storms per client label ("storm resource.group"), from the transitions.
-  std::map<std::string, std::set<std::string>> active_storms_;
 };
 
 }  // namespace stormwatch

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <optional>
 
-#include "agent/protocol/tcp_endpoint.h"
+#include "agent/core/tcp_endpoint.h"
 #include "bpf/events.h"
 
 namespace stormwatch {
@@ -127,13 +127,8 @@ void DecodeEtcdResponseMessage(const EtcdMessageTypes& types, uint64_t msg_type,
 void GrpcCalls::ForgetProcess(uint32_t tgid) {
   types_.erase(tgid);
   std::erase_if(watch_clients_, [&](const auto& kv) { return kv.first.tgid == tgid; });
-  for (auto it = order_.begin(); it != order_.end();) {
-    if (it->first.tgid == tgid) {
-      pending_.erase(it->first);
-      it = order_.erase(it);
-    } else {
-      ++it;
-    }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    it = it->first.tgid == tgid ? pending_.Erase(it) : std::next(it);
   }
 }
 
@@ -143,19 +138,11 @@ void GrpcCalls::OnCall(GrpcCallEvent call) {
     return;
   }
   Key k{call.tgid, call.goroutine};
-  if (auto it = pending_.find(k); it != pending_.end()) {
-    // The goroutine's last call never returned in our sight (a lost event): the new one wins.
-    order_.erase(it->second);
-    pending_.erase(it);
-    ++stats_.calls_evicted;
-  }
-  while (pending_.size() >= max_pending_ && !order_.empty()) {
-    pending_.erase(order_.front().first);
-    order_.pop_front();
-    ++stats_.calls_evicted;
-  }
-  order_.emplace_back(k, std::move(call));
-  pending_[k] = std::prev(order_.end());
+  // The goroutine's last call never returned in our sight (a lost event): the new one wins.
+  if (pending_.Erase(k)) ++stats_.calls_evicted;
+  // Oldest call first out (lookups never refresh a call).
+  pending_.FindOrInsert(k, [&] { return std::move(call); },
+                        [&](const Key&, GrpcCallEvent&) { ++stats_.calls_evicted; });
 }
 
 // A message on an open stream is complete when seen: named by its stream's method. Watch
@@ -163,9 +150,9 @@ void GrpcCalls::OnCall(GrpcCallEvent call) {
 // one of the gRPC stream whose handler made their mvcc watch stream.
 void GrpcCalls::OnStreamMessage(GrpcCallEvent call) {
   if (call.message == EtcdStreamMessage::kWatchStream) {
-    auto it = pending_.find(Key{call.tgid, call.goroutine});
-    if (it == pending_.end() || !it->second->second.stream || call.watch_stream == 0) return;
-    GrpcCallEvent& open = it->second->second;
+    GrpcCallEvent* open_call = pending_.Find(Key{call.tgid, call.goroutine});
+    if (open_call == nullptr || !open_call->stream || call.watch_stream == 0) return;
+    GrpcCallEvent& open = *open_call;
     open.watch_stream = call.watch_stream;
     if (watch_clients_.size() >= max_pending_) watch_clients_.clear();  // bounded; lost names only
     watch_clients_[Key{call.tgid, call.watch_stream}] = {open.peer_address, open.client_cert_der,
@@ -204,14 +191,14 @@ void GrpcCalls::OnStreamMessage(GrpcCallEvent call) {
 }
 
 void GrpcCalls::OnDone(const GrpcDoneEvent& done) {
-  auto it = pending_.find(Key{done.tgid, done.goroutine});
-  if (it == pending_.end() || it->second->second.stream != done.stream) {
+  const Key k{done.tgid, done.goroutine};
+  GrpcCallEvent* pending = pending_.Find(k);
+  if (pending == nullptr || pending->stream != done.stream) {
     ++stats_.returns_without_call;
     return;
   }
-  GrpcCallEvent call = std::move(it->second->second);
-  order_.erase(it->second);
-  pending_.erase(it);
+  GrpcCallEvent call = std::move(*pending);
+  pending_.Erase(k);
   if (call.watch_stream) watch_clients_.erase(Key{call.tgid, call.watch_stream});
 
   EtcdRequest r;

@@ -9,13 +9,13 @@
 
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <variant>
 
+#include "agent/core/bounded_lru.h"
 #include "agent/core/etcd_request.h"
 #include "agent/core/result.h"
 
@@ -66,7 +66,7 @@ class GrpcCalls {
  public:
   using Sink = std::function<void(EtcdRequest&)>;
   explicit GrpcCalls(Sink sink, size_t max_pending = 65536)
-      : sink_(std::move(sink)), max_pending_(max_pending) {}
+      : sink_(std::move(sink)), max_pending_(max_pending), pending_(max_pending) {}
 
   // The message types of an etcd process (its messages are not decoded without).
   void SetMessageTypes(uint32_t tgid, std::shared_ptr<const EtcdMessageTypes> types) {
@@ -91,12 +91,10 @@ class GrpcCalls {
   struct KeyHash {
     size_t operator()(const Key& k) const { return std::hash<uint64_t>()(k.goroutine * 31 + k.tgid); }
   };
-  using Pending = std::list<std::pair<Key, GrpcCallEvent>>;
 
   Sink sink_;
   size_t max_pending_;
-  Pending order_;  // oldest first
-  std::unordered_map<Key, Pending::iterator, KeyHash> pending_;
+  BoundedLru<Key, GrpcCallEvent, KeyHash> pending_;  // calls in flight, by goroutine
   std::unordered_map<uint32_t, std::shared_ptr<const EtcdMessageTypes>> types_;
   // (process, mvcc watch stream) -> the client of the gRPC Watch stream that made it, while open.
   struct StreamClient {

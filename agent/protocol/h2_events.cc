@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "agent/protocol/tcp_endpoint.h"
+#include "agent/core/tcp_endpoint.h"
 #include "bpf/events.h"
 
 namespace stormwatch {

@@ -31,6 +31,7 @@
 #include "agent/analysis/relist_churn_detector.h"
 #include "agent/analysis/stuck_finalizers_detector.h"
 #include "agent/analysis/throttled_client_detector.h"
+#include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "bpf/events.h"
 #include "exporters/prometheus_exporter.h"
@@ -243,7 +244,7 @@ void PrintHeapByComponent() {
   detectors.push_back(std::make_unique<RelistChurnDetector>(defaults.relist_churn));
   detectors.push_back(std::make_unique<EtcdRangeStormDetector>(defaults.etcd_range_storm));
   auto exporter = std::make_unique<PrometheusExporter>(ClientSeriesLimits{});
-  auto pipeline = std::make_unique<RequestPipeline>(exporter.get(), only_update_loop,
+  auto pipeline = std::make_unique<MeteredPipeline>(exporter.get(), only_update_loop,
                                                     [](const StormTransition&) {});
   RequestPipeline::Recorder feed_detectors;
   feed_detectors.request = [&](const RequestRecord& r) {
@@ -318,7 +319,7 @@ StateCost MeasureStateCost(size_t n, bool series, const DetectorsConfig& detecto
   StateCost cost;
   for (const bool clients : {true, false}) {
     PrometheusExporter exporter(ClientSeriesLimits{.max_clients = series ? 2 * n + 8 : 4});
-    RequestPipeline pipeline(&exporter, detectors, [](const StormTransition&) {});
+    MeteredPipeline pipeline(&exporter, detectors, [](const StormTransition&) {});
     const int64_t t0 = 1000 * kSec;
     uint32_t stream = 1;
     size_t sent = 0;
@@ -384,7 +385,7 @@ int Run() {
   const ClientSeriesLimits limits;
   PrometheusExporter exporter(limits);
   size_t transitions = 0;
-  RequestPipeline pipeline(&exporter, DetectorsConfig{},
+  MeteredPipeline pipeline(&exporter, DetectorsConfig{},
                            [&](const StormTransition&) { ++transitions; });
   std::printf("memory_bound: empty pipeline and exporter: heap %.1f MiB, RSS %.1f MiB\n",
               (HeapInUseBytes() - heap_at_start) / 1048576.0, ResidentBytes() / 1048576.0);

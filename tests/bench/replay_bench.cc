@@ -21,6 +21,7 @@
 #include <vector>
 #include <string>
 
+#include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "agent/record/capture_file.h"
 #include "agent/replay.h"
@@ -181,7 +182,7 @@ void BM_ReplayFile(benchmark::State& state) {
   for (auto _ : state) {
     state.PauseTiming();
     auto exporter = std::make_unique<PrometheusExporter>();
-    auto pipeline = std::make_unique<RequestPipeline>(exporter.get(), Limits(sized),
+    auto pipeline = std::make_unique<MeteredPipeline>(exporter.get(), Limits(sized),
                                                       [](const StormTransition&) {});
     auto reader = CaptureReader::Open(path);
     if (!reader) {
@@ -238,7 +239,7 @@ void BM_Pipeline(benchmark::State& state) {
     state.PauseTiming();
     std::vector<CaptureRecord> batch = loaded;  // consumed (moved from) by the pipeline
     auto exporter = std::make_unique<PrometheusExporter>();
-    auto pipeline = std::make_unique<RequestPipeline>(exporter.get(), Limits(sized),
+    auto pipeline = std::make_unique<MeteredPipeline>(exporter.get(), Limits(sized),
                                                       [](const StormTransition&) {});
     state.ResumeTiming();
     const double loop_start = ThreadCpuNs();

@@ -1,4 +1,4 @@
-"""The agent's APF fetcher (agent/capture/apf_fetcher.cc) against the real test API server and
+"""The agent's APF fetcher (agent/kube/apf_fetcher.cc) against the real test API server and
 etcd: it names every FlowSchema / PriorityLevelConfiguration UID the server returns in
 X-Kubernetes-PF-*-UID response headers, reading the lists with a bound service-account token and
 the cluster CA, from the watch cache (resourceVersion=0), after falling back from flowcontrol v1

@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-#include "agent/capture/apf_fetcher.h"
+#include "agent/kube/apf_fetcher.h"
 
 namespace stormwatch {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "agent/analysis/bounded_lru.h"
+#include "agent/core/bounded_lru.h"
 
 namespace stormwatch {
 namespace {

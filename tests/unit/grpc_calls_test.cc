@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "bpf/events.h"
 
@@ -167,7 +168,7 @@ std::string Metrics(PrometheusExporter& e) {
 
 TEST(PipelineEtcd, CountsByMethodResourceClientAndCode) {
   PrometheusExporter exporter;
-  RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {},
+  MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {},
                            AssemblerLimits{}, ConnectionLookups{.identity = ApiserverCertIdentity});
   pipeline.SetTargetRole(42, TargetRole::kEtcd);
   pipeline.SetEtcdMessageTypes(42, Types());
@@ -193,7 +194,7 @@ TEST(PipelineEtcd, CountsByMethodResourceClientAndCode) {
 
 TEST(PipelineEtcd, ResourceLabelsAreBounded) {
   PrometheusExporter exporter;
-  RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
+  MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
   pipeline.SetEtcdMessageTypes(42, Types());
   for (int i = 0; i < 600; ++i) {
     pipeline.OnEvent(Call(1, i * 10, "/etcdserverpb.KV/Range", kRangeType, "/registry/junk" + std::to_string(i) + "/x", ""));
@@ -222,7 +223,7 @@ std::vector<uint8_t> StreamMessage(uint8_t kind, uint64_t ts, const std::string&
 
 TEST(PipelineEtcd, StreamMessagesAreCountedAsTheyCome) {
   PrometheusExporter exporter;
-  RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {},
+  MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {},
                            AssemblerLimits{}, ConnectionLookups{.identity = ApiserverCertIdentity});
   pipeline.SetTargetRole(42, TargetRole::kEtcd);
   pipeline.SetEtcdMessageTypes(42, Types());

@@ -6,7 +6,7 @@
 
 #include "agent/protocol/h2_events.h"
 #include "agent/protocol/request_assembler.h"
-#include "agent/protocol/tcp_endpoint.h"
+#include "agent/core/tcp_endpoint.h"
 #include "bpf/events.h"
 
 namespace stormwatch {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "bpf/events.h"
 #include "exporters/alert_log.h"
@@ -93,7 +94,7 @@ class PipelineTest : public ::testing::Test {
  protected:
   PrometheusExporter exporter_;
   std::vector<StormTransition> transitions_;
-  RequestPipeline pipeline_{&exporter_, DetectorsConfig{},
+  MeteredPipeline pipeline_{&exporter_, DetectorsConfig{},
                             [this](const StormTransition& t) { transitions_.push_back(t); }};
   uint32_t stream_ = 1;
   sw_sock_addr local_ = V4(10, 0, 0, 2, 6443);
@@ -234,7 +235,7 @@ TEST_F(PipelineTest, EtcdTrafficIsNotApiserverTraffic) {
 // with one token and user agent (nothing copied for detectors), a new one for another token.
 TEST(PipelineIdentity, LiveRequestsShareTheCachedIdentity) {
   PrometheusExporter exporter;
-  RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
+  MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
   std::vector<IdentityRef> seen;
   pipeline.SetRecorder({.request = [&](const RequestRecord& r) { seen.push_back(r.shared_identity); }});
   auto get = [&](uint32_t stream, const std::string& token) {
@@ -266,7 +267,7 @@ TEST(PipelineIdentity, CertificateNamesTokenlessRequestsOnly) {
     id.system_masters = true;
     return id;
   };
-  RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {},
+  MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {},
                            AssemblerLimits{}, ConnectionLookups{.identity = cert_identity});
   std::string token = ServiceAccountToken("ci", "deployer", "deployer-1");
   pipeline.OnEvent(RequestEvent(7, 1, 10, {{":method", "GET"}, {":path", "/api/v1/namespaces/a/pods/p"},
@@ -289,6 +290,38 @@ TEST_F(PipelineTest, UndecodableEventsAreCountedNotFatal) {
   std::string m = Metrics(exporter_);
   EXPECT_NE(m.find(R"(stormwatch_capture_lost_total{cause="undecodable_event"} 2)"), std::string::npos) << m;
   EXPECT_NE(m.find(R"(stormwatch_capture_lost_total{cause="response_without_request"} 1)"), std::string::npos) << m;
+}
+
+// Every storm, update_loop included, can be switched off: the same runaway writes then fire
+// nothing, while the requests are still counted.
+TEST(PipelineDetectors, DisabledUpdateLoopIsNotRun) {
+  PrometheusExporter exporter;
+  std::vector<StormTransition> transitions;
+  DetectorsConfig off;
+  off.update_loop.enabled = false;
+  MeteredPipeline pipeline(&exporter, off,
+                           [&](const StormTransition& t) { transitions.push_back(t); });
+  for (const auto& d : pipeline.detectors()) EXPECT_STRNE(d->storm(), "update_loop");
+  EXPECT_EQ(pipeline.detectors().size(), 7u);  // the other seven storms, on by default
+
+  std::string token = ServiceAccountToken("etl", "op", "op-1");
+  const std::string obj = "/apis/batch.company.com/v1/namespaces/etl/datajobs/nightly";
+  const int64_t t0 = 100 * kSec;
+  uint32_t stream = 1;
+  for (int i = 0; i < 1000; ++i) {  // 200 writes/s on one object for 5 s
+    const int64_t ts = t0 + i * (kSec / 200);
+    pipeline.OnEvent(RequestEvent(0xc0001, stream, ts,
+                                  {{":method", "PUT"}, {":path", obj},
+                                   {"authorization", "Bearer " + token}}));
+    pipeline.OnEvent(ResponseEvent(0xc0001, stream, ts + 100, 200));
+    stream += 2;
+    if (i % 200 == 199) pipeline.Tick(ts);
+  }
+  pipeline.Tick(t0 + 6 * kSec);
+  EXPECT_TRUE(transitions.empty());
+  EXPECT_EQ(pipeline.stats().requests, 1000u);
+  EXPECT_NE(Metrics(exporter).find(R"(verb="PUT",version="v1"} 1000)"), std::string::npos)
+      << Metrics(exporter);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "agent/analysis/storm.h"
+#include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "exporters/prometheus_exporter.h"
 
@@ -30,7 +31,7 @@ RequestRecord Get(const std::string& user, const std::string& pod, const std::st
 
 TEST(SharedIdentity, OneObjectPerClientUntilItChanges) {
   PrometheusExporter exporter;
-  RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
+  MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
   std::vector<IdentityRef> seen;
   pipeline.SetRecorder({.request = [&](const RequestRecord& r) { seen.push_back(r.shared_identity); }});
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "agent/analysis/bounded_lru.h"
+#include "agent/core/bounded_lru.h"
 #include "agent/analysis/second_ring.h"
 #include "agent/kube/record_keys.h"
 #include "exporters/client_cap.h"

@@ -1,4 +1,4 @@
-#include "agent/capture/apf_fetcher.h"
+#include "agent/kube/apf_fetcher.h"
 
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>

@@ -1,4 +1,4 @@
-#include "agent/protocol/tcp_endpoint.h"
+#include "agent/core/tcp_endpoint.h"
 
 #include <arpa/inet.h>
 

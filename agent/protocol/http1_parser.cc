@@ -1,0 +1,308 @@
+#include "agent/protocol/http1_parser.h"
+
+#include <string.h>  // explicit_bzero
+
+#include <algorithm>
+#include <climits>
+#include <iterator>
+
+namespace stormwatch::http1 {
+namespace {
+
+bool IsUpper(char ch) { return ch >= 'A' && ch <= 'Z'; }
+bool IsDigit(char ch) { return ch >= '0' && ch <= '9'; }
+
+char Lower(char ch) { return IsUpper(ch) ? static_cast<char>(ch - 'A' + 'a') : ch; }
+
+// `lower` is lower case already.
+bool EqualsLower(std::string_view s, std::string_view lower) {
+  return s.size() == lower.size() &&
+         std::equal(s.begin(), s.end(), lower.begin(), [](char a, char b) { return Lower(a) == b; });
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::optional<uint64_t> ParseDecimal(std::string_view s) {
+  if (s.empty() || s.size() > 18) return std::nullopt;  // 18 digits cannot overflow
+  uint64_t v = 0;
+  for (char ch : s) {
+    if (!IsDigit(ch)) return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  return v;
+}
+
+// Splits a head into lines without their CR LF; the blank line ends it.
+class HeadLines {
+ public:
+  explicit HeadLines(std::string_view head) : rest_(head) {}
+  std::optional<std::string_view> Next() {
+    size_t nl = rest_.find('\n');
+    if (nl == std::string_view::npos) return std::nullopt;
+    std::string_view line = rest_.substr(0, nl);
+    rest_.remove_prefix(nl + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) return std::nullopt;
+    return line;
+  }
+
+ private:
+  std::string_view rest_;
+};
+
+struct HeaderLine {
+  std::string_view name;
+  std::string_view value;
+};
+
+// Lines damaged by a gap, continuations and lines without a name are skipped.
+std::optional<HeaderLine> SplitHeader(std::string_view line) {
+  if (line.find(kGapMarker) != std::string_view::npos) return std::nullopt;
+  if (line.front() == ' ' || line.front() == '\t') return std::nullopt;
+  size_t colon = line.find(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  return HeaderLine{line.substr(0, colon), Trim(line.substr(colon + 1))};
+}
+
+// False when Content-Length values are malformed or disagree: the framing is unknown.
+bool AddFraming(Framing& f, const HeaderLine& h) {
+  if (EqualsLower(h.name, "content-length")) {
+    std::optional<uint64_t> n = ParseDecimal(h.value);
+    if (!n || (f.content_length && *f.content_length != *n)) return false;
+    f.content_length = n;
+  } else if (EqualsLower(h.name, "transfer-encoding")) {
+    std::string_view codings = h.value;
+    size_t comma = codings.rfind(',');
+    std::string_view last = Trim(comma == std::string_view::npos ? codings : codings.substr(comma + 1));
+    f.chunked = EqualsLower(last, "chunked");
+  }
+  return true;
+}
+
+int HexValue(char ch) {
+  if (IsDigit(ch)) return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+void Wipe(std::string& s) {
+  if (!s.empty()) explicit_bzero(s.data(), s.size());
+  s.clear();
+}
+
+void AppendWiping(std::string& buf, std::string_view more) {
+  if (buf.size() + more.size() > buf.capacity()) {
+    std::string grown;
+    grown.reserve(std::max(buf.capacity() * 2, buf.size() + more.size()));
+    grown.append(buf);
+    Wipe(buf);
+    buf.swap(grown);
+  }
+  buf.append(more);
+}
+
+std::optional<size_t> FindHeadEnd(std::string_view s, size_t from) {
+  for (size_t i = s.find('\n', from); i != std::string_view::npos; i = s.find('\n', i + 1)) {
+    if (i + 1 < s.size() && s[i + 1] == '\n') return i + 2;
+    if (i + 2 < s.size() && s[i + 1] == '\r' && s[i + 2] == '\n') return i + 3;
+  }
+  return std::nullopt;
+}
+
+LineVerdict CheckRequestLine(std::string_view s) {
+  constexpr std::string_view kPreface = "PRI * HTTP/2.0";
+  if (kPreface.starts_with(s.substr(0, kPreface.size()))) {
+    return s.size() >= kPreface.size() ? LineVerdict::kHttp2Preface : LineVerdict::kIncomplete;
+  }
+  constexpr size_t kMaxMethod = 16;
+  size_t i = 0;
+  while (i < s.size() && i <= kMaxMethod && IsUpper(s[i])) ++i;
+  if (i == s.size()) return LineVerdict::kIncomplete;
+  if (i == 0 || i > kMaxMethod || s[i] != ' ') return LineVerdict::kInvalid;
+  size_t target = ++i;
+  while (i < s.size() && s[i] > ' ' && s[i] != 0x7f) ++i;
+  if (i == s.size()) return LineVerdict::kIncomplete;
+  if (i == target || s[i] != ' ') return LineVerdict::kInvalid;
+  std::string_view version = s.substr(i + 1);
+  constexpr std::string_view kVersion = "HTTP/1.";
+  size_t n = std::min(version.size(), kVersion.size());
+  if (version.substr(0, n) != kVersion.substr(0, n)) return LineVerdict::kInvalid;
+  if (version.size() <= kVersion.size()) return LineVerdict::kIncomplete;
+  if (!IsDigit(version[kVersion.size()])) return LineVerdict::kInvalid;
+  std::string_view end = version.substr(kVersion.size() + 1);
+  if (end.empty() || end == "\r") return LineVerdict::kIncomplete;
+  return end.starts_with("\r\n") || end.starts_with("\n") ? LineVerdict::kRequest
+                                                           : LineVerdict::kInvalid;
+}
+
+std::optional<RequestHead> ParseRequestHead(std::string_view head) {
+  HeadLines lines(head);
+  std::optional<std::string_view> first = lines.Next();
+  if (!first || CheckRequestLine(std::string(*first) + "\r\n") != LineVerdict::kRequest) {
+    return std::nullopt;
+  }
+  RequestHead r;
+  size_t sp1 = first->find(' ');
+  size_t sp2 = first->find(' ', sp1 + 1);
+  r.method = first->substr(0, sp1);
+  r.target = first->substr(sp1 + 1, sp2 - sp1 - 1);
+  while (std::optional<std::string_view> line = lines.Next()) {
+    std::optional<HeaderLine> h = SplitHeader(*line);
+    if (!h) continue;
+    if (!AddFraming(r.framing, *h)) return std::nullopt;
+    if (EqualsLower(h->name, "authorization")) {
+      if (r.authorization.empty()) r.authorization = h->value;
+    } else if (EqualsLower(h->name, "user-agent")) {
+      if (r.user_agent.empty()) r.user_agent = h->value;
+    } else if (EqualsLower(h->name, "content-type")) {
+      if (r.content_type.empty()) r.content_type = h->value;
+    }
+  }
+  return r;
+}
+
+std::optional<ResponseHead> ParseResponseHead(std::string_view head) {
+  HeadLines lines(head);
+  std::optional<std::string_view> first = lines.Next();
+  // "HTTP/1.x SP 3DIGIT [SP reason]"
+  if (!first || first->size() < 12 || !first->starts_with(kStatusLineStart) ||
+      !IsDigit((*first)[7]) || (*first)[8] != ' ' || !IsDigit((*first)[9]) ||
+      !IsDigit((*first)[10]) || !IsDigit((*first)[11]) ||
+      (first->size() > 12 && (*first)[12] != ' ')) {
+    return std::nullopt;
+  }
+  ResponseHead r;
+  r.status = static_cast<int>(*ParseDecimal(first->substr(9, 3)));
+  if (r.status < 100) return std::nullopt;
+  while (std::optional<std::string_view> line = lines.Next()) {
+    std::optional<HeaderLine> h = SplitHeader(*line);
+    if (!h) continue;
+    if (!AddFraming(r.framing, *h)) return std::nullopt;
+    if (EqualsLower(h->name, "x-kubernetes-pf-prioritylevel-uid")) {
+      r.priority_level_uid = h->value;
+    } else if (EqualsLower(h->name, "x-kubernetes-pf-flowschema-uid")) {
+      r.flow_schema_uid = h->value;
+    } else if (EqualsLower(h->name, "retry-after")) {
+      std::optional<uint64_t> s = ParseDecimal(h->value);  // an HTTP-date stays -1
+      r.retry_after_s = s && *s <= INT_MAX ? static_cast<int>(*s) : -1;
+    }
+  }
+  return r;
+}
+
+size_t FindRequestLineStart(std::string_view bytes, bool call_start) {
+  static constexpr std::string_view kMethods[] = {"GET ",    "POST ",   "PUT ",     "PATCH ",
+                                                  "DELETE ", "HEAD ",   "OPTIONS ", "CONNECT "};
+  auto starts_request = [&](size_t at) {
+    std::string_view rest = bytes.substr(at);
+    return std::any_of(std::begin(kMethods), std::end(kMethods),
+                       [&](std::string_view m) { return rest.starts_with(m); });
+  };
+  if (call_start && starts_request(0)) return 0;
+  for (size_t nl = bytes.find('\n'); nl != std::string_view::npos; nl = bytes.find('\n', nl + 1)) {
+    if (starts_request(nl + 1)) return nl + 1;
+  }
+  return std::string_view::npos;
+}
+
+size_t ChunkedDecoder::Feed(std::string_view bytes, std::string* data, size_t data_limit) {
+  size_t i = 0;
+  while (i < bytes.size() && state_ != State::kDone && state_ != State::kFailed) {
+    if (state_ == State::kData) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(remaining_, bytes.size() - i));
+      if (data && data->size() < data_limit) {
+        AppendWiping(*data, bytes.substr(i, std::min(n, data_limit - data->size())));
+      }
+      remaining_ -= n;
+      i += n;
+      if (remaining_ == 0) state_ = State::kDataCr;
+      continue;
+    }
+    Step(bytes[i++]);
+  }
+  return i;
+}
+
+bool ChunkedDecoder::Skip(uint64_t n) {
+  if (state_ != State::kData || n > remaining_) {
+    state_ = State::kFailed;
+    return false;
+  }
+  remaining_ -= n;
+  if (remaining_ == 0) state_ = State::kDataCr;
+  return true;
+}
+
+void ChunkedDecoder::Step(char ch) {
+  switch (state_) {
+    case State::kSize:
+      if (int v = HexValue(ch); v >= 0 && digits_ < kMaxSizeDigits) {
+        remaining_ = remaining_ * 16 + static_cast<uint64_t>(v);
+        ++digits_;
+      } else if (digits_ > 0 && (ch == ';' || ch == ' ' || ch == '\t')) {
+        state_ = State::kExtension;
+        extension_ = 0;
+      } else if (digits_ > 0 && ch == '\r') {
+        state_ = State::kSizeLf;
+      } else if (digits_ > 0 && ch == '\n') {
+        EndSizeLine();
+      } else {
+        state_ = State::kFailed;
+      }
+      return;
+    case State::kExtension:
+      if (ch == '\r') {
+        state_ = State::kSizeLf;
+      } else if (ch == '\n') {
+        EndSizeLine();
+      } else if (++extension_ > kMaxExtension) {
+        state_ = State::kFailed;
+      }
+      return;
+    case State::kSizeLf:
+      if (ch == '\n') {
+        EndSizeLine();
+      } else {
+        state_ = State::kFailed;
+      }
+      return;
+    case State::kDataCr:
+      if (ch == '\r') {
+        state_ = State::kDataLf;
+      } else if (ch == '\n') {
+        NextChunk();
+      } else {
+        state_ = State::kFailed;
+      }
+      return;
+    case State::kDataLf:
+      if (ch == '\n') {
+        NextChunk();
+      } else {
+        state_ = State::kFailed;
+      }
+      return;
+    case State::kTrailerLineStart:
+      state_ = ch == '\r' ? State::kEndLf : ch == '\n' ? State::kDone : State::kTrailerLine;
+      return;
+    case State::kTrailerLine:
+      if (ch == '\n') state_ = State::kTrailerLineStart;
+      return;
+    case State::kEndLf:
+      state_ = ch == '\n' ? State::kDone : State::kFailed;
+      return;
+    case State::kData:
+    case State::kDone:
+    case State::kFailed:
+      return;
+  }
+}
+
+}  // namespace stormwatch::http1

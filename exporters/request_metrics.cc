@@ -1,0 +1,117 @@
+#include "exporters/request_metrics.h"
+
+#include <string>
+
+#include "agent/analysis/exempt_client_detector.h"
+#include "agent/kube/identity.h"
+#include "agent/kube/metric_labels.h"
+#include "agent/kube/object_facts.h"
+#include "agent/kube/query_shape.h"
+
+namespace stormwatch {
+
+std::string GrpcMethodLabel(const std::string& path) {
+  if (path.size() > 96 || path.size() < 4 || path[0] != '/') return "other";
+  size_t slash = path.find('/', 1);
+  if (slash == std::string::npos || path.find_first_of("?/ ", slash + 1) != std::string::npos) {
+    return "other";
+  }
+  return path;
+}
+
+void RequestMetrics::OnRequest(const RequestRecord& r) {
+  if (r.body_read) {
+    exporter_->CountResponseBody(BodyEncodingName(r.body_read->encoding),
+                                 BodyFactsResultName(r.body_read->result));
+  }
+  MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
+  const std::string& client = ClientLabel(r.identity);
+  exporter_->CountRequest(RequestLabels{client, m.verb, m.group, m.version, m.resource,
+                                        m.subresource, m.scope, std::to_string(r.status)},
+                          r.response_bytes);
+  if (r.info.verb == "list") {
+    exporter_->CountList(client, m.group, m.resource, m.scope,
+                         ConsistencyName(r.shape.consistency), r.shape.paginated);
+  }
+  if (!r.response.priority_level_uid.empty() || !r.response.flow_schema_uid.empty()) {
+    exporter_->CountApf(client, r.response.priority_level, r.response.flow_schema);
+  }
+  if (r.status == 429) {
+    exporter_->CountThrottled(client, r.response.priority_level, r.response.retry_after_s);
+  }
+  if (m.verb == "WATCH" && r.end_ns >= r.start_ns) {
+    exporter_->CountWatch(client, m.group, m.resource, (r.end_ns - r.start_ns) / 1e9,
+                          r.shape.send_initial_events);
+  }
+  // Watches last minutes by design: their duration says nothing about latency.
+  if (m.verb != "WATCH" && r.end_ns >= r.start_ns) {
+    exporter_->ObserveDuration(m.verb, m.group, m.resource, (r.end_ns - r.start_ns) / 1e9);
+  }
+}
+
+void RequestMetrics::OnEtcdCall(const EtcdRequest& r) {
+  const std::string& client = ClientLabel(r.identity);
+  const std::string method = GrpcMethodLabel(r.method);
+  const std::string resource(r.resource);
+  if (r.http_status != 0) {  // the HTTP/2 server's view: method and status only
+    exporter_->CountEtcdRequest(method, resource, client, std::to_string(r.http_status));
+    return;
+  }
+  if (r.stream_message != EtcdStreamMessage::kNone) {
+    // One message of an open stream: its stream is counted as a call when it closes.
+    exporter_->CountEtcdStreamMessage(method, EtcdStreamMessageName(r.stream_message), resource,
+                                      client);
+    return;
+  }
+  exporter_->CountEtcdRequest(method, resource, client, GrpcCodeName(r.code));
+  if (r.request == EtcdMessage::kRangeRequest && r.kvs >= 0) {
+    exporter_->CountEtcdRange(resource, client, static_cast<uint64_t>(r.kvs), r.kv_bytes);
+  }
+  if (!r.stream && r.end_ns >= r.start_ns) {
+    exporter_->ObserveEtcdDuration(method, resource, (r.end_ns - r.start_ns) / 1e9);
+  }
+}
+
+void RequestMetrics::OnStormTransition(const StormTransition& t) {
+  const StormEvidence& e = t.evidence;
+  const bool firing = t.state == StormState::kFiring;
+  exporter_->SetStormActive({{"storm", e.storm},
+                             {"client", ClientLabel(e.identity)},
+                             {"group", e.api_group},
+                             {"resource", e.resource},
+                             {"severity", e.severity},
+                             // not "namespace": Prometheus sets that to the scraped pod's
+                             {"object_namespace", e.namespace_}},
+                            firing);
+  if (firing) exporter_->CountStormStarted(e.storm);
+}
+
+void RequestMetrics::OnTick(int64_t now_ns, const PipelineHealth& health) {
+  for (const auto& [cause, count] : health.capture_loss) exporter_->SetCaptureLoss(cause, count);
+  exporter_->SetEtcdLinks(health.etcd_lists, health.etcd_lists_matched);
+  PublishDetectorState(now_ns);
+}
+
+void RequestMetrics::PublishDetectorState(int64_t now_ns) {
+  if (!detectors_) return;
+  for (const auto& d : detectors_->detectors()) {
+    DetectorStats st = d->Stats();
+    exporter_->SetDetectorState(d->storm(), st.tracked, st.evictions);
+  }
+  if (const ExemptClientDetector* exempt = detectors_->exempt()) {
+    for (const ExemptClient& c : exempt->ExemptClients(now_ns)) {
+      if (c.priority_level_exempt_requests) {
+        exporter_->CountExemptClientRequests(c.user, kReasonPriorityLevelExempt,
+                                             c.priority_level_exempt_requests, c.first_seen_ns,
+                                             c.last_seen_ns);
+      }
+      if (c.system_masters_requests) {
+        exporter_->CountExemptClientRequests(c.user, kReasonSystemMasters,
+                                             c.system_masters_requests, c.first_seen_ns,
+                                             c.last_seen_ns);
+      }
+    }
+  }
+}
+
+}  // namespace stormwatch
