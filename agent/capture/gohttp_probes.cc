@@ -10,12 +10,37 @@
 #include <cstring>
 #include <exception>
 #include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
 
 #include "gohttp.skel.h"
 
 namespace stormwatch {
 namespace {
 constexpr uint32_t kMaxSlots = 256;  // SW_MAX_TARGET_SLOTS in the BPF program
+
+// Destroys links all at once, one thread each. Closing a uprobe's perf event waits for an RCU
+// grace period in the kernel (~0.1 s here, kernel 6.18), whatever else is going on: one after
+// the other, a target's 11 uprobes took 1.3 s and two targets' 19 took 2.4 s of the agent's
+// exit. Closed concurrently their waits overlap (the kernel serves waiters of the same grace
+// period together): 19 take ~0.1-0.2 s.
+void DestroyLinks(const std::vector<bpf_link*>& links) {
+  if (links.size() <= 1) {
+    for (bpf_link* l : links) bpf_link__destroy(l);
+    return;
+  }
+  std::vector<std::thread> closers;
+  closers.reserve(links.size());
+  for (bpf_link* l : links) {
+    try {
+      closers.emplace_back([l] { bpf_link__destroy(l); });
+    } catch (const std::system_error&) {
+      bpf_link__destroy(l);  // no thread to spare: on this one
+    }
+  }
+  for (std::thread& t : closers) t.join();
+}
 
 }  // namespace
 
@@ -53,9 +78,9 @@ GoHttpProbes::~GoHttpProbes() {
     detach_wake_.notify_one();
     detach_thread_.join();  // finishes what was queued
   }
-  for (auto& [handle, a] : attachments_) {
-    for (bpf_link* l : a.links) bpf_link__destroy(l);
-  }
+  std::vector<bpf_link*> links;
+  for (auto& [handle, a] : attachments_) links.insert(links.end(), a.links.begin(), a.links.end());
+  DestroyLinks(links);
   if (ring_) ring_buffer__free(ring_);
   if (skel_) gohttp_bpf__destroy(skel_);
 }
@@ -229,13 +254,17 @@ void GoHttpProbes::ReapLinks() {
   while (true) {
     detach_wake_.wait(lock, [&] { return stopping_ || !to_detach_.empty(); });
     if (to_detach_.empty()) return;  // stopping, nothing left
-    Attachment a = std::move(to_detach_.front());
-    to_detach_.pop_front();
+    // Every attachment queued so far, together (targets exiting at once, or the agent's stop).
+    std::deque<Attachment> batch = std::exchange(to_detach_, {});
     lock.unlock();
-    for (bpf_link* l : a.links) bpf_link__destroy(l);
+    std::vector<bpf_link*> links;
+    for (const Attachment& a : batch) links.insert(links.end(), a.links.begin(), a.links.end());
+    DestroyLinks(links);
     lock.lock();
-    detaching_links_ -= a.links.size();
-    detached_slots_.insert(detached_slots_.end(), a.slots.begin(), a.slots.end());
+    for (const Attachment& a : batch) {
+      detaching_links_ -= a.links.size();
+      detached_slots_.insert(detached_slots_.end(), a.slots.begin(), a.slots.end());
+    }
   }
 }
 

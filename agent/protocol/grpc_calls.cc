@@ -131,6 +131,7 @@ void GrpcCalls::ForgetProcess(uint32_t tgid) {
     if (it->first.tgid == tgid) {
       pending_.erase(it->first);
       it = order_.erase(it);
+      ++stats_.calls_evicted;  // in flight when its process went away: never returns
     } else {
       ++it;
     }
