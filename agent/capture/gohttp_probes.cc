@@ -31,8 +31,9 @@ bool KernelAtLeast(int major, int minor) {
 }
 
 // Destroys links all at once, one thread each: each uprobe_multi link waits for an RCU grace
-// period as it goes, and waiters of the same grace period are served together (two targets' 14
-// links: ~0.1 s instead of 1.3 s one after the other).
+// period as it goes, and waiters of the same grace period are served together (the agent's
+// whole exit with two targets' 14 links: 0.2 s). Perf-event uprobes (before Linux 6.6) are
+// removed one after the other by the kernel whatever the threads (~0.1 s each).
 void DestroyLinks(const std::vector<bpf_link*>& links) {
   if (links.size() <= 1) {
     for (bpf_link* l : links) bpf_link__destroy(l);
