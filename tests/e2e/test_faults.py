@@ -38,13 +38,11 @@ HTTP/2) and the real agent, attached by name to the API server and to etcd:
     cd tests/e2e && STORMWATCH_BUILD_DIR=BUILD STORMWATCH_GO_OUT=BUILD/go /usr/bin/python3 -m unittest -v test_faults
 """
 import http.client
-import json
 import os
 import signal
 import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -262,7 +260,6 @@ class FaultsEndToEnd(unittest.TestCase):
         time.sleep(0.2)
         sent = loop.sent
         os.kill(c.apiserver_pid, signal.SIGSTOP)
-        stopped = time.monotonic()
         try:
             time.sleep(3)
             # Stopped, the server answers nothing; the agent is healthy, ready, still attached.
@@ -286,7 +283,6 @@ class FaultsEndToEnd(unittest.TestCase):
         print("\na. target SIGSTOPped %.1f s with 2 requests in flight: %d requests exact after SIGCONT, "
               "0 lost, healthy and ready throughout, %s uprobes kept"
               % (3.0, counted, probes), file=sys.stderr)
-        del stopped
 
     def wait_loop(self, loop, n, timeout=20):
         target = loop.sent + n
