@@ -156,6 +156,7 @@ Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
   if (stacks.empty()) return Error{"no HTTP/2 stack to attach to in " + binary_path};
   ReleaseDetachedSlots();
   Attachment a;
+  a.pid = pid;
   auto undo = [&]() {
     for (bpf_link* l : a.links) bpf_link__destroy(l);
     for (uint32_t s : a.slots) slot_used_[s] = false;
@@ -222,6 +223,7 @@ Result<uint32_t> GoHttpProbes::AttachGrpc(pid_t pid, const std::string& binary_p
                                           const GrpcProbeSites& sites) {
   ReleaseDetachedSlots();
   Attachment a;
+  a.pid = pid;
   auto fail = [&](std::string why) -> Result<uint32_t> {
     for (bpf_link* l : a.links) bpf_link__destroy(l);
     for (const sw_grpc_message_key& k : a.message_keys) {
@@ -301,16 +303,45 @@ void GoHttpProbes::ReapLinks() {
     if (to_detach_.empty()) return;  // stopping, nothing left
     // Every attachment queued so far, together (targets exiting at once, or the agent's stop).
     std::deque<Attachment> batch = std::exchange(to_detach_, {});
+    bool stopping = stopping_;  // the maps go with the agent
     lock.unlock();
     std::vector<bpf_link*> links;
     for (const Attachment& a : batch) links.insert(links.end(), a.links.begin(), a.links.end());
     DestroyLinks(links);
+    // Their probes are gone: what the BPF programs kept per call or connection of those
+    // processes (LRU maps: bounded anyway) would wait for eviction; it goes now.
+    if (!stopping) {
+      for (const Attachment& a : batch) {
+        if (size_t n = ForgetInFlight(a.pid)) {
+          spdlog::debug("pid {}: {} HTTP/1.1 call and connection entries removed from BPF maps", a.pid, n);
+        }
+      }
+    }
     lock.lock();
     for (const Attachment& a : batch) {
       detaching_links_ -= a.links.size();
       detached_slots_.insert(detached_slots_.end(), a.slots.begin(), a.slots.end());
     }
   }
+}
+
+size_t GoHttpProbes::ForgetInFlight(pid_t pid) {
+  // Both maps' keys start with the process's tgid (struct read_call_key, struct conn_key).
+  size_t removed = 0;
+  for (bpf_map* map : {skel_->maps.http1_reads, skel_->maps.http1_last_direction}) {
+    std::vector<uint8_t> key(bpf_map__key_size(map)), next(key.size());
+    std::vector<std::vector<uint8_t>> gone;
+    const void* prev = nullptr;
+    while (bpf_map__get_next_key(map, prev, next.data(), next.size()) == 0) {
+      uint32_t tgid;
+      std::memcpy(&tgid, next.data(), sizeof(tgid));
+      if (tgid == static_cast<uint32_t>(pid)) gone.push_back(next);
+      key.swap(next);
+      prev = key.data();
+    }
+    for (const auto& k : gone) removed += bpf_map__delete_elem(map, k.data(), k.size(), 0) == 0;
+  }
+  return removed;
 }
 
 void GoHttpProbes::ReleaseDetachedSlots() {

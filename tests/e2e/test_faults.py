@@ -18,8 +18,9 @@ HTTP/2) and the real agent, attached by name to the API server and to etcd:
                         http1_request_without_response, and one grpc_return_without_call per etcd
                         stream of the server's that etcd ends (begun before the agent attached:
                         etcd's grpc_server_handled_total says how many), nothing else lost; 0
-                        uprobes left for its PID; healthy and ready; re-attached to the restarted
-                        server, exact counts again.
+                        uprobes left for its PID and none of its entries in the agent's BPF maps
+                        (http1_reads, http1_last_direction); healthy and ready; re-attached to the
+                        restarted server, exact counts again.
   c. memory limit       the agent in a memory cgroup whose limit is its working set plus
                         headroom, with limits.max_clients 50 and 300 distinct clients: not
                         OOM-killed (oom_kill 0), /metrics served, stormwatch_client_series at
@@ -69,6 +70,21 @@ def kernel_objects():
 def uprobes_by_target(agent_pid):
     """{target pid: uprobes agent_pid holds on it} (test_lifecycle.agent_uprobes)."""
     return agent_uprobes(agent_pid)[0]
+
+
+def bpf_entries_of(agent_pid, target_pid):
+    """Entries the agent's BPF programs keep per HTTP/1.1 call or connection of target_pid (the
+    http1_reads and http1_last_direction maps, keyed by tgid first)."""
+    ids = bpf_objects(agent_pid)["map_id"]
+    n = 0
+    for m in bpftool_json("map", "show"):
+        if m["id"] not in ids or m.get("name") not in ("http1_reads", "http1_last_dire"):
+            continue
+        for e in bpftool_json("map", "dump", "id", str(m["id"])):
+            key = e.get("formatted", {}).get("key")
+            tgid = key["tgid"] if key else int.from_bytes(bytes(int(b, 16) for b in e["key"][:4]), "little")
+            n += tgid == target_pid
+    return n
 
 
 def lost(agent):
@@ -313,6 +329,8 @@ class FaultsEndToEnd(unittest.TestCase):
         time.sleep(1.2)
         streams_before = self.etcd_streams_handled()
         old_pid = c.apiserver_pid
+        bpf_state = bpf_entries_of(agent.proc.pid, old_pid)
+        self.assertGreater(bpf_state, 0, "HTTP/1.1 calls in flight, kept in BPF maps")
         os.kill(old_pid, signal.SIGKILL)
         c.apiserver.wait(timeout=10)
         killed = time.monotonic()
@@ -322,6 +340,10 @@ class FaultsEndToEnd(unittest.TestCase):
         gone = watch.wait_gone(old_pid) - killed
         self.wait_uprobes(agent, {self.etcd_pid(): etcd_probes})
         detached = time.monotonic() - killed
+        deadline = time.monotonic() + 5
+        while bpf_entries_of(agent.proc.pid, old_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(bpf_entries_of(agent.proc.pid, old_pid), 0, "BPF map entries of the killed server")
         # The server's etcd streams (its Watch stream) began before the agent attached: etcd
         # ends them now, returns whose calls were never seen, each counted.
         deadline = time.monotonic() + 5
@@ -344,8 +366,9 @@ class FaultsEndToEnd(unittest.TestCase):
         print("\nb. target SIGKILLed with %d HTTP/2 + %d HTTP/1.1 requests in flight: lost "
               "request_without_response %d, http1_request_without_response %d, grpc_return_without_call "
               "%d (its etcd streams, begun before the agent); target_info gone %.2f s and its %d uprobes "
-              "%.2f s after the kill; re-attached, %d requests exact"
-              % (h2, h1, h2, h1, streams_ended, gone, probes[old_pid], detached, counted), file=sys.stderr)
+              "%.2f s after the kill, its %d BPF map entries removed; re-attached, %d requests exact"
+              % (h2, h1, h2, h1, streams_ended, gone, probes[old_pid], detached, bpf_state, counted),
+              file=sys.stderr)
 
     def etcd_streams_handled(self):
         """etcd's own count of finished stream calls (grpc_server_handled_total, streams)."""
