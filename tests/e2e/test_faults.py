@@ -33,8 +33,10 @@ HTTP/2) and the real agent, attached by name to the API server and to etcd:
                         reports it on /readyz, and keeps capturing the first API server exactly.
   e. SIGTERM / SIGINT   under load with 2 targets attached the agent exits within 1 s with code 0,
                         and none of its BPF programs, links, maps or uprobes remains in the
-                        kernel (its fdinfo IDs against bpftool prog/link/map/perf show). The
-                        SIGKILL path: e2e_lifecycle's test_agent_restart.
+                        kernel (its fdinfo IDs against bpftool prog/link/map/perf show); the
+                        same with a second SIGTERM 20 ms later (exit code 0), and with a SIGKILL
+                        20 ms later (killed mid-stop: the kernel releases the rest). SIGKILL
+                        alone: e2e_lifecycle's test_agent_restart.
 
     cd tests/e2e && STORMWATCH_BUILD_DIR=BUILD STORMWATCH_GO_OUT=BUILD/go /usr/bin/python3 -m unittest -v test_faults
 """
@@ -529,7 +531,7 @@ class FaultsEndToEnd(unittest.TestCase):
 
     # ---- e. SIGTERM / SIGINT ----
 
-    def stop_under_load(self, sig):
+    def stop_under_load(self, sig, then=None):
         c = self.cluster
         before = kernel_objects()
         agent, watch = self.start_agent(extra=["--log-level", "debug"])
@@ -543,6 +545,12 @@ class FaultsEndToEnd(unittest.TestCase):
         watch.stop()
         sent = time.monotonic()
         os.kill(pid, sig)
+        if then:  # a second signal while it stops
+            time.sleep(0.02)
+            try:
+                os.kill(pid, then)
+            except ProcessLookupError:
+                pass
         code = agent.proc.wait(timeout=10)
         exit_s = time.monotonic() - sent
         loop.stop()
@@ -551,13 +559,14 @@ class FaultsEndToEnd(unittest.TestCase):
         left = {k: after[k] & objects[k] for k in ("prog_id", "link_id", "map_id")}
         uprobes = ([e for e in after["perf"] if e["pid"] == pid] + uprobes_left_on(c.apiserver_pid) +
                    uprobes_left_on(self.etcd_pid()))
-        self.assertEqual(code, 0, agent.stderr()[-3000:])
+        self.assertIn(code, (0, -then) if then == signal.SIGKILL else (0,), agent.stderr()[-3000:])
         self.assertEqual(left, {"prog_id": set(), "link_id": set(), "map_id": set()})
         self.assertEqual(uprobes, [])
         new = {k: len(after[k] - before[k]) for k in ("prog_id", "link_id", "map_id")}
-        print("\ne. %s with %d uprobes on 2 targets under a client loop: exit %d after %.3f s; %d programs, "
+        print("\ne. %s%s with %d uprobes on 2 targets under a client loop: exit %d after %.3f s; %d programs, "
               "%d links, %d maps released; kernel objects not there before: %s (other processes')"
-              % (signal.Signals(sig).name, sum(probes.values()), code, exit_s, len(objects["prog_id"]),
+              % (signal.Signals(sig).name, " then %s 20 ms later" % signal.Signals(then).name if then else "",
+                 sum(probes.values()), code, exit_s, len(objects["prog_id"]),
                  len(objects["link_id"]), len(objects["map_id"]), new), file=sys.stderr)
         self.assertLess(exit_s, MAX_EXIT_S, "\n".join(l for l in agent.stderr().splitlines()[-40:] if "libbpf" not in l))
         return exit_s
@@ -567,6 +576,12 @@ class FaultsEndToEnd(unittest.TestCase):
 
     def test_e_sigint_exits_within_1s(self):
         self.stop_under_load(signal.SIGINT)
+
+    def test_e_second_sigterm_changes_nothing(self):
+        self.stop_under_load(signal.SIGTERM, then=signal.SIGTERM)
+
+    def test_e_sigkill_while_stopping_leaves_nothing(self):
+        self.stop_under_load(signal.SIGTERM, then=signal.SIGKILL)
 
 
 if __name__ == "__main__":
