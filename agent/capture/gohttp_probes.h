@@ -132,10 +132,16 @@ class GoHttpProbes {
   uint64_t handler_failures_ = 0;  // only the draining thread touches it
   int ncpus_ = 1;
   struct Attachment {
+    pid_t pid = 0;
     std::vector<uint32_t> slots;  // one offsets slot per stack
     std::vector<bpf_link*> links;
     std::vector<sw_grpc_message_key> message_keys;  // etcd: its entries in grpc_messages
+    // Sites gathered per program, attached together as one uprobe_multi link each.
+    std::map<bpf_program*, std::pair<std::vector<unsigned long>, std::vector<__u64>>> sites;
   };
+  bool AttachGathered(Attachment& a, pid_t pid, const std::string& binary_path);
+  size_t ForgetInFlight(pid_t pid);  // the detach thread: a gone target's entries in BPF maps
+  bool uprobe_multi_ = false;  // Linux 6.6+: uprobe_multi links, else one perf event per uprobe
   Result<uint32_t> TakeSlot(Attachment& a);
   std::map<uint32_t, Attachment> attachments_;  // handle (first slot) -> attachment
   std::vector<bool> slot_used_;

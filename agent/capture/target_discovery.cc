@@ -1,8 +1,12 @@
 #include "agent/capture/target_discovery.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdlib>
@@ -28,6 +32,20 @@ std::string Basename(const std::string& path) {
   return base;
 }
 
+// The first line of a /proc file, or why there is none ("" when read).
+std::string ReadFirstLineOrWhy(const std::string& path, std::string* line) {
+  std::ifstream in(path);
+  if (!in) return std::strerror(errno);
+  if (!std::getline(in, *line) || line->empty()) return "empty";
+  return "";
+}
+
+// Still there: a process that exited between the scan and the read is not an error.
+bool Alive(pid_t pid, const std::string& proc_root, const std::string& dir) {
+  if (proc_root != "/proc") return access(dir.c_str(), F_OK) == 0;  // a test's own tree
+  return kill(pid, 0) == 0 || errno == EPERM;
+}
+
 uint64_t StartTime(const std::string& stat_line) {
   // Field 2 (comm) may hold spaces and parentheses: parse after the last ')'.
   auto close = stat_line.rfind(')');
@@ -47,8 +65,19 @@ bool ReadTargetProcess(pid_t pid, TargetProcess* out, const std::string& proc_ro
   TargetProcess t;
   t.pid = pid;
   t.exe_path = dir + "/exe";
-  std::string stat_line = ReadFirstLine(dir + "/stat");
-  if (stat_line.empty()) return false;
+  std::string stat_line;
+  if (std::string why = ReadFirstLineOrWhy(dir + "/stat", &stat_line); !why.empty()) {
+    if (!Alive(pid, proc_root, dir)) return false;
+    t.name = ReadFirstLine(dir + "/comm");
+    t.unreadable = "cannot read " + dir + "/stat: " + why;
+    *out = std::move(t);
+    return true;
+  }
+  // Exited, not yet reaped by its parent (a zombie has no exe any more): gone.
+  if (auto close = stat_line.rfind(')'); close != std::string::npos && close + 2 < stat_line.size() &&
+                                          (stat_line[close + 2] == 'Z' || stat_line[close + 2] == 'X')) {
+    return false;
+  }
   t.start_time = StartTime(stat_line);
   char buf[4096];
   ssize_t n = readlink(t.exe_path.c_str(), buf, sizeof(buf) - 1);
@@ -83,6 +112,15 @@ std::vector<TargetProcess> FindTargetsByName(const std::vector<std::string>& nam
     if (!maybe) continue;
     TargetProcess t;
     if (!ReadTargetProcess(static_cast<pid_t>(pid), &t, proc_root)) continue;
+    if (!t.unreadable.empty()) {
+      // Only comm to go by: the first name it is the start of.
+      for (const std::string& n : names) {
+        if (comm == n.substr(0, 15)) {
+          t.name = n;
+          break;
+        }
+      }
+    }
     if (std::find(names.begin(), names.end(), t.name) != names.end()) found.push_back(std::move(t));
   }
   closedir(dir);

@@ -87,6 +87,17 @@ void TargetManager::Refresh() {
     if (auto it = planning_.find(p.pid); it != planning_.end()) {
       if (SameProcess(it->second, p)) continue;  // its plan is on the way
       planner_->Cancel(p.pid);  // planned for a binary it no longer runs
+      if (!p.unreadable.empty()) planning_.erase(it);
+    }
+    if (!p.unreadable.empty()) {
+      // Nothing to plan: refused (logged and counted once), until it is readable or gone.
+      TargetStatus s;
+      s.process = p;
+      s.failure = AttachFailure::kProcUnreadable;
+      s.problem = p.unreadable;
+      on_change_(s, true);
+      targets_.emplace(p.pid, std::move(s));
+      continue;
     }
     StartPlanning(p);
   }
@@ -113,8 +124,8 @@ bool TargetManager::Collect() {
     changed = true;
     // The probes go onto whatever /proc/PID/exe is now: only onto the binary that was planned.
     TargetProcess now;
-    if (!options_.read(r.process.pid, &now)) {
-      planning_.erase(it);  // exited since the plan began
+    if (!options_.read(r.process.pid, &now) || !now.unreadable.empty()) {
+      planning_.erase(it);  // exited since the plan began (or unreadable now: the next scan says)
       continue;
     }
     if (!SameProcess(now, r.process)) {
@@ -228,6 +239,7 @@ const char* AttachFailureName(AttachFailure failure) {
     case AttachFailure::kMissingField: return "missing_field";
     case AttachFailure::kFunctionShape: return "function_shape";
     case AttachFailure::kAttachFailed: return "attach_failed";
+    case AttachFailure::kProcUnreadable: return "proc_unreadable";
   }
   return "attach_failed";
 }

@@ -34,6 +34,7 @@ enum class AttachFailure {
   kMissingField,      // "missing_field": a type or field the probes need is not in them
   kFunctionShape,     // "function_shape": a probed function's arguments are not what they read
   kAttachFailed,      // "attach_failed": probe placement or the uprobe attach itself failed
+  kProcUnreadable,    // "proc_unreadable": the process's /proc entry could not be read
 };
 const char* AttachFailureName(AttachFailure failure);
 

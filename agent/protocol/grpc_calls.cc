@@ -128,7 +128,12 @@ void GrpcCalls::ForgetProcess(uint32_t tgid) {
   types_.erase(tgid);
   std::erase_if(watch_clients_, [&](const auto& kv) { return kv.first.tgid == tgid; });
   for (auto it = pending_.begin(); it != pending_.end();) {
-    it = it->first.tgid == tgid ? pending_.Erase(it) : std::next(it);
+    if (it->first.tgid == tgid) {
+      it = pending_.Erase(it);
+      ++stats_.calls_evicted;  // in flight when its process went away: never returns
+    } else {
+      ++it;
+    }
   }
 }
 

@@ -59,7 +59,7 @@ struct GrpcCallStats {
   uint64_t calls = 0;                 // joined, emitted
   uint64_t stream_messages = 0;       // watch creates/cancels and lease keepalives, emitted
   uint64_t returns_without_call = 0;  // a return whose entry was not seen (agent started mid-call)
-  uint64_t calls_evicted = 0;         // pending calls dropped to stay within max_pending
+  uint64_t calls_evicted = 0;         // pending calls dropped: max_pending, or their process exited
 };
 
 class GrpcCalls {

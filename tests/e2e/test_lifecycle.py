@@ -8,9 +8,11 @@ With real etcd, the stripped test API server and the real agent finding its targ
   3. a second API server process appears on another port (same etcd), then exits;
   4. an API server runs inside a container (`unshare --mount --pid --fork --mount-proc`, its
      binary on a tmpfs that exists only in that mount namespace);
-  5. every case counts the agent's uprobes: `anon_inode:[perf_event]` fds in /proc/AGENT/fd and
-     `bpftool perf show`, which names the /proc/PID/exe each uprobe was placed through: exactly
-     the per-target number for each live target, zero for a target that exited, no growth over
+  5. every case counts the agent's uprobes: on Linux 6.6+ its uprobe_multi links (`bpftool link
+     show`: the target PID each is filtered on and its uprobes; the links by the IDs in the
+     agent's fdinfo), before that `anon_inode:[perf_event]` fds in /proc/AGENT/fd and `bpftool
+     perf show`, which names the /proc/PID/exe each uprobe was placed through: exactly the
+     per-target number for each live target, zero for a target that exited, no growth over
      exit/restart cycles;
   6. the agent itself restarts (SIGTERM, then SIGKILL) under a client loop: none of its BPF
      programs, links or maps remains in the kernel, and after re-attaching it counts exactly
@@ -61,6 +63,61 @@ def server_requests(server_delta):
 def bpftool_json(*args):
     out = subprocess.run([BPFTOOL, "-j", *args], capture_output=True, text=True, check=True, timeout=30)
     return json.loads(out.stdout or "[]")
+
+
+def bpf_objects(pid):
+    """The IDs of the BPF programs, links and maps a process holds, from its fdinfo."""
+    ids = {"prog_id": set(), "link_id": set(), "map_id": set()}
+    for fd in os.listdir("/proc/%d/fdinfo" % pid):
+        try:
+            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition(":")
+            if key in ids:
+                ids[key].add(int(value))
+    return ids
+
+
+def perf_event_fds(pid):
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            n += os.readlink("/proc/%d/fd/%s" % (pid, fd)) == "anon_inode:[perf_event]"
+        except OSError:
+            pass
+    return n
+
+
+def agent_uprobes(agent_pid):
+    """({target pid: uprobes agent_pid holds on it}, uprobes through perf events). Two ways in:
+    Linux 6.6+ has uprobe_multi links (`bpftool link show`: the target's pid and func_cnt
+    uprobes; the agent's links by their IDs in its fdinfo), one per program and target; older
+    kernels one perf event per uprobe (`bpftool perf show`: placed through /proc/PID/exe, one
+    perf_event fd of the agent's each)."""
+    per_target, perf = {}, 0
+    for e in bpftool_json("perf", "show"):
+        if e["pid"] != agent_pid:
+            continue
+        through = re.fullmatch(r"/proc/(\d+)/exe", e.get("filename", ""))
+        if e.get("fd_type") != "uprobe" or not through:
+            raise AssertionError("unexpected perf entry of the agent: %s" % e)
+        per_target[int(through.group(1))] = per_target.get(int(through.group(1)), 0) + 1
+        perf += 1
+    links = bpf_objects(agent_pid)["link_id"]
+    for link in bpftool_json("link", "show"):
+        if link["id"] in links and link.get("type") == "uprobe_multi":
+            per_target[link["pid"]] = per_target.get(link["pid"], 0) + link["func_cnt"]
+    return per_target, perf
+
+
+def uprobes_left_on(target_pid):
+    """Uprobes anyone holds on target_pid: perf events placed through its /proc/PID/exe and
+    uprobe_multi links filtered on its pid."""
+    return ([e for e in bpftool_json("perf", "show") if e.get("filename") == "/proc/%d/exe" % target_pid] +
+            [l for l in bpftool_json("link", "show") if l.get("type") == "uprobe_multi" and l.get("pid") == target_pid])
 
 
 class TargetWatch:
@@ -255,36 +312,19 @@ class LifecycleEndToEnd(unittest.TestCase):
     # ---- probes ----
 
     def uprobes_by_target(self, agent):
-        """{target pid: uprobes the agent holds on it}, from bpftool perf show, checked against the
-        agent's perf_event fds (one per uprobe, nothing else of the agent's is a perf event). While
-        the agent's detach thread is closing links the two readings can straddle a close: they
+        """{target pid: uprobes the agent holds on it} (agent_uprobes), those through perf events
+        checked against the agent's perf_event fds (nothing else of the agent's is a perf event).
+        While the agent's detach thread is closing links two readings can straddle a close: they
         are retried until they agree (a real mismatch persists and fails)."""
         deadline = time.monotonic() + 3
         while True:
-            per_target = self._bpftool_uprobes(agent)
-            fds = 0
-            for fd in os.listdir("/proc/%d/fd" % agent.proc.pid):
-                try:
-                    fds += os.readlink("/proc/%d/fd/%s" % (agent.proc.pid, fd)) == "anon_inode:[perf_event]"
-                except OSError:
-                    pass
-            if fds == sum(per_target.values()) and per_target == self._bpftool_uprobes(agent):
+            per_target, perf = agent_uprobes(agent.proc.pid)
+            fds = perf_event_fds(agent.proc.pid)
+            if fds == perf and (per_target, perf) == agent_uprobes(agent.proc.pid):
                 return per_target
             if time.monotonic() > deadline:
-                self.assertEqual(fds, sum(per_target.values()), "perf_event fds vs bpftool perf show")
+                self.assertEqual(fds, perf, "perf_event fds vs bpftool perf show")
             time.sleep(0.05)
-
-    def _bpftool_uprobes(self, agent):
-        per_target = {}
-        for entry in bpftool_json("perf", "show"):
-            if entry["pid"] != agent.proc.pid:
-                continue
-            self.assertEqual(entry["fd_type"], "uprobe", entry)
-            through = re.fullmatch(r"/proc/(\d+)/exe", entry["filename"])
-            self.assertIsNotNone(through, entry)
-            target = int(through.group(1))
-            per_target[target] = per_target.get(target, 0) + 1
-        return per_target
 
     def assert_targets(self, agent, expected):
         """Exactly these targets attached ({pid: uprobes}), in bpftool and stormwatch_targets_attached."""
@@ -453,7 +493,8 @@ class LifecycleEndToEnd(unittest.TestCase):
         report = []
         for how in ("SIGTERM", "SIGKILL"):
             objects = self.bpf_objects(agent.proc.pid)
-            self.assertEqual(len(objects["link_id"]), probes, "one BPF link per uprobe")
+            self.assertTrue(objects["link_id"], "BPF links for the uprobes")
+            self.assertEqual(self.uprobes_by_target(agent), {c.apiserver_pid: probes})
             sent_before = loop.sent
             stopped = time.monotonic()
             if how == "SIGTERM":
@@ -462,8 +503,7 @@ class LifecycleEndToEnd(unittest.TestCase):
                 agent.kill()
             watch.stop()
             released = self.wait_bpf_objects_released(objects) - stopped
-            self.assertEqual([e for e in bpftool_json("perf", "show") if e["filename"] == "/proc/%d/exe" % c.apiserver_pid],
-                             [], "uprobes left on the target")
+            self.assertEqual(uprobes_left_on(c.apiserver_pid), [], "uprobes left on the target")
 
             started = time.monotonic()
             agent, watch = self.start_agent()
@@ -487,19 +527,7 @@ class LifecycleEndToEnd(unittest.TestCase):
 
     @staticmethod
     def bpf_objects(pid):
-        """The IDs of the BPF programs, links and maps a process holds, from its fdinfo."""
-        ids = {"prog_id": set(), "link_id": set(), "map_id": set()}
-        for fd in os.listdir("/proc/%d/fdinfo" % pid):
-            try:
-                with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
-                    lines = f.read().splitlines()
-            except OSError:
-                continue
-            for line in lines:
-                key, _, value = line.partition(":")
-                if key in ids:
-                    ids[key].add(int(value))
-        return ids
+        return bpf_objects(pid)
 
     def wait_bpf_objects_released(self, objects, timeout=10):
         """Waits until none of objects' programs, links or maps is in the kernel; returns then."""

@@ -119,6 +119,7 @@ TEST(AttachFailureNames, AreTheMetricReasons) {
   EXPECT_STREQ(AttachFailureName(AttachFailure::kUnreadableBinary), "unreadable_binary");
   EXPECT_STREQ(AttachFailureName(AttachFailure::kNoHttp2Server), "no_http2_server");
   EXPECT_STREQ(AttachFailureName(AttachFailure::kAttachFailed), "attach_failed");
+  EXPECT_STREQ(AttachFailureName(AttachFailure::kProcUnreadable), "proc_unreadable");
 }
 
 TEST(GoHttp2ProbePlan, UnreadableBinaryIsRefused) {

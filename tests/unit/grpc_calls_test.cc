@@ -149,8 +149,9 @@ TEST(GrpcCallsJoin, PerGoroutineBoundedAndCounted) {
   EXPECT_EQ(calls.stats().calls_evicted, 1u);
   done(Done(4, 900, 0, kRangeRespType));  // evicted: its return has no call any more
   EXPECT_EQ(calls.stats().returns_without_call, 2u);
-  calls.ForgetProcess(42);
+  calls.ForgetProcess(42);  // its process exited: the calls still pending are lost, and counted
   EXPECT_EQ(calls.pending(), 0u);
+  EXPECT_EQ(calls.stats().calls_evicted, 3u);
 }
 
 // The certificate at 0xcafe is the API server's etcd client certificate.

@@ -277,6 +277,39 @@ TEST_F(TargetManagerPlanningTest, ATargetBeingPlannedIsNotReadyThenReportedOnce)
   EXPECT_EQ(changes_.size(), 1u);
 }
 
+TEST_F(TargetManagerPlanningTest, AnUnreadableProcEntryIsRefusedOnceWithoutAPlan) {
+  TargetProcess hidden;
+  hidden.pid = 44;
+  hidden.name = "kube-apiserver";
+  hidden.exe_path = "/proc/44/exe";
+  hidden.unreadable = "cannot read /proc/44/stat: empty";
+  Run(hidden);
+  manager_->Refresh();
+  ASSERT_EQ(changes_.size(), 1u);  // at once: nothing to plan
+  EXPECT_TRUE(changes_[0].second);
+  EXPECT_EQ(changes_[0].first.failure, AttachFailure::kProcUnreadable);
+  EXPECT_EQ(changes_[0].first.problem, "cannot read /proc/44/stat: empty");
+  EXPECT_EQ(manager_->NotReadyReason(),
+            "kube-apiserver pid 44 not attached (proc_unreadable): cannot read /proc/44/stat: empty");
+  manager_->Refresh();  // still unreadable: not reported again
+  CollectFor(20ms);
+  EXPECT_EQ(changes_.size(), 1u);
+  EXPECT_TRUE(plans_.calls().empty());
+  // Readable again: withdrawn, then planned as the process it is.
+  Run(Process(44, 100));
+  manager_->Refresh();
+  ASSERT_EQ(changes_.size(), 2u);
+  EXPECT_FALSE(changes_[1].second);
+  ASSERT_TRUE(plans_.WaitForCalls(1));
+  // Gone: withdrawn, nothing left.
+  plans_.Open();
+  ASSERT_TRUE(CollectUntilReported());
+  Exit(44);
+  manager_->Refresh();
+  EXPECT_TRUE(manager_->targets().empty());
+  EXPECT_EQ(manager_->NotReadyReason(), "");
+}
+
 TEST_F(TargetManagerPlanningTest, ATargetThatExitsWhilePlannedIsDropped) {
   Run(Process(42, 100));
   Run(Process(43, 300, "etcd"));
