@@ -1,6 +1,7 @@
 // The agent's options as plain data: what the command line (agent/options.cc) and the config
-// file (agent/config/config_file.cc) fill in, and what agent.cc, the exporters and the APF
-// fetcher read. No parsing and no behaviour here, so every floor can include it.
+// file (agent/config/config_file.cc) fill in, and what agent.cc and the exporters read. No
+// parsing and no behaviour here; the options of lower floors (detectors, APF source) are
+// theirs and included.
 #pragma once
 
 #include <sys/types.h>
@@ -13,20 +14,9 @@
 #include <vector>
 
 #include "agent/analysis/detector_config.h"
+#include "agent/kube/apf_fetcher.h"  // ApfSourceOptions
 
 namespace stormwatch {
-
-inline constexpr const char* kServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-// --apiserver-url, --apiserver-token-file, --apiserver-ca-file.
-struct ApfSourceOptions {
-  std::string apiserver_url;  // "" = in cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
-  std::string token_file = std::string(kServiceAccountDir) + "/token";  // re-read per fetch: tokens rotate
-  std::string ca_file = std::string(kServiceAccountDir) + "/ca.crt";
-  std::chrono::seconds refresh_interval{300};
-  std::chrono::seconds unknown_uid_min_interval{60};
-  std::chrono::seconds request_timeout{10};
-};
 
 struct AlertmanagerConfig {
   std::string url;  // e.g. http://127.0.0.1:9093; "" disables the push

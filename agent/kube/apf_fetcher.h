@@ -15,13 +15,24 @@
 #include <string>
 #include <thread>
 
-#include "agent/config/agent_options.h"
 #include "agent/core/result.h"
 #include "agent/kube/apf_names.h"
 
 namespace stormwatch {
 
 
+
+inline constexpr const char* kServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+// --apiserver-url, --apiserver-token-file, --apiserver-ca-file.
+struct ApfSourceOptions {
+  std::string apiserver_url;  // "" = in cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
+  std::string token_file = std::string(kServiceAccountDir) + "/token";  // re-read per fetch: tokens rotate
+  std::string ca_file = std::string(kServiceAccountDir) + "/ca.crt";
+  std::chrono::seconds refresh_interval{300};
+  std::chrono::seconds unknown_uid_min_interval{60};
+  std::chrono::seconds request_timeout{10};
+};
 
 // Fills in the in-cluster URL when none is given and refuses anything but https (the request
 // carries a bearer token). An error means: no fetching, static names only.
