@@ -172,7 +172,7 @@ std::vector<StormTransition> ConflictStormDetector::Evaluate(int64_t now_ns) {
   }
 
   for (auto& entry : entries_) {
-    const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
+    [[maybe_unused]] const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
     auto& e = entry.second;
     auto it = top.find(key);
     if (it == top.end()) continue;

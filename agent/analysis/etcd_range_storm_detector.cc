@@ -179,7 +179,7 @@ std::vector<StormTransition> EtcdRangeStormDetector::Evaluate(int64_t now_ns) {
   const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
   const int limit = static_cast<int>(ring_) - 1;
   for (auto& entry : prefixes_) {
-    const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
+    [[maybe_unused]] const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
     auto& p = entry.second;
     auto stormy = [&](int64_t s) { return Stormy(p, s); };
     if (!p.alert.firing()) {

@@ -184,7 +184,7 @@ std::vector<StormTransition> ListStormDetector::Evaluate(int64_t now_ns) {
   const int64_t window_start = last - config_.sustain_s + 1;
 
   for (auto& entry : entries_) {
-    const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
+    [[maybe_unused]] const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
     auto& e = entry.second;
     if (!e.alert.firing()) {
       // The key must exist for the whole window: a short burst is never averaged over less.

@@ -176,7 +176,7 @@ std::vector<StormTransition> RelistChurnDetector::Evaluate(int64_t now_ns) {
   const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
 
   for (auto& entry : entries_) {
-    const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
+    [[maybe_unused]] const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
     auto& e = entry.second;
     if (!e.alert.firing()) {
       const Window w = WindowSum(e, last);

@@ -636,11 +636,12 @@ TEST(GoTypeData, FieldsSharingOneLongNameAreRefusedNotCopied) {
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto file_offset = [&](uint64_t vaddr) { return rodata->offset + (vaddr - rodata->addr); };
   auto put64 = [&](uint64_t vaddr, uint64_t v) { std::memcpy(&bytes[file_offset(vaddr)], &v, 8); };
-  // At the end of runtime.types: one name of 1 MiB - 1 bytes, then the field array.
+  // Early in runtime.types (before the struct's descriptor): one name of 1 MiB - 1 bytes, then
+  // the field array.
   constexpr uint64_t kNameLen = (1 << 20) - 1, kFields = 8192;
-  const uint64_t name = ((md.etypes - kNameLen - 4 - kFields * 24) & ~uint64_t{7}) - 64;
-  const uint64_t fields = name + kNameLen + 8;
-  ASSERT_GT(name, target->vaddr + 80) << "the struct's descriptor must stay intact";
+  const uint64_t name = (md.types + 4096) & ~uint64_t{7};
+  const uint64_t fields = (name + kNameLen + 8 + 7) & ~uint64_t{7};
+  ASSERT_LT(fields + kFields * 24, target->vaddr) << "the struct's descriptor must stay intact";
   bytes[file_offset(name)] = 0;  // flags, then uvarint length 0xfffff
   bytes[file_offset(name) + 1] = static_cast<char>(0xff);
   bytes[file_offset(name) + 2] = static_cast<char>(0xff);
