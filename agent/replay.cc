@@ -71,12 +71,21 @@ Result<ReplayStats> ReplayCapture(CaptureReader& reader, RequestPipeline& pipeli
   // The live loop evaluates 10 ms after each second closes; so does the replay, in the
   // recording's time.
   constexpr int64_t kSecond = 1'000'000'000, kAfterBucket = 10'000'000;
+  // Record times are CLOCK_MONOTONIC ns (about 146 years fit below 2^62), and the longest
+  // detector window is minutes: an hour of catch-up ticks drains every one of them.
+  constexpr uint64_t kMaxTimeNs = uint64_t{1} << 62;
+  constexpr int64_t kMaxCatchUpTicks = 3600;
   int64_t next_tick = -1;
   int64_t first_ns = -1, last_ns = 0;
   const auto wall_start = std::chrono::steady_clock::now();
   ReplayStats stats;
   auto advance = [&](int64_t now) {
     if (next_tick < 0) next_tick = (now / kSecond + 1) * kSecond + kAfterBucket;
+    // A gap longer than any detector's window is not ticked through second by second (a file
+    // whose clock jumps by years would take hours): the last kMaxCatchUpTicks seconds are.
+    if (now >= next_tick && (now - next_tick) / kSecond > kMaxCatchUpTicks) {
+      next_tick += ((now - next_tick) / kSecond - kMaxCatchUpTicks) * kSecond;
+    }
     while (now >= next_tick) {
       pipeline.Tick(next_tick);
       next_tick += kSecond;
@@ -86,7 +95,12 @@ Result<ReplayStats> ReplayCapture(CaptureReader& reader, RequestPipeline& pipeli
     auto next = reader.Next();
     if (!next) return Error{next.error()};
     if (!*next) break;
-    int64_t end = std::visit([](const auto& r) { return static_cast<int64_t>(r.end_ns); }, **next);
+    const uint64_t end_ns = std::visit([](const auto& r) { return uint64_t{r.end_ns}; }, **next);
+    if (end_ns > kMaxTimeNs) {
+      return Error{"a record ends at " + std::to_string(end_ns) +
+                   " ns, past any monotonic clock: a corrupt capture file"};
+    }
+    const int64_t end = static_cast<int64_t>(end_ns);
     if (first_ns < 0) first_ns = end;
     if (recorded_pace) std::this_thread::sleep_until(wall_start + std::chrono::nanoseconds(end - first_ns));
     advance(end);

@@ -26,6 +26,7 @@ $SUDO apt-get update -qq
 # Build toolchain and libraries of the agent.
 BUILD_PKGS=(
   build-essential cmake pkg-config clang llvm
+  clang-14 libclang-rt-14-dev  # the sanitizer build: ASan, UBSan and libFuzzer runtimes (docs/fuzzing.md)
   libelf-dev zlib1g-dev
   libcapstone-dev            # finds RET instructions in Go functions (no uretprobes on Go)
   prometheus-cpp-dev         # /metrics endpoint

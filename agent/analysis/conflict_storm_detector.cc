@@ -171,7 +171,9 @@ std::vector<StormTransition> ConflictStormDetector::Evaluate(int64_t now_ns) {
     if (list.size() > kTopObjects) list.pop_back();
   }
 
-  for (auto& [key, e] : entries_) {
+  for (auto& entry : entries_) {
+    [[maybe_unused]] const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
+    auto& e = entry.second;
     auto it = top.find(key);
     if (it == top.end()) continue;
     if (!e.alert.firing()) {

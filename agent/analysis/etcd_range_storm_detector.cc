@@ -178,7 +178,9 @@ std::vector<StormTransition> EtcdRangeStormDetector::Evaluate(int64_t now_ns) {
   std::vector<StormTransition> out = evicted_.Take();
   const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
   const int limit = static_cast<int>(ring_) - 1;
-  for (auto& [key, p] : prefixes_) {
+  for (auto& entry : prefixes_) {
+    [[maybe_unused]] const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
+    auto& p = entry.second;
     auto stormy = [&](int64_t s) { return Stormy(p, s); };
     if (!p.alert.firing()) {
       const int run = TrailingRun(last, limit, stormy);

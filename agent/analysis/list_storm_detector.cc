@@ -183,7 +183,9 @@ std::vector<StormTransition> ListStormDetector::Evaluate(int64_t now_ns) {
   const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
   const int64_t window_start = last - config_.sustain_s + 1;
 
-  for (auto& [key, e] : entries_) {
+  for (auto& entry : entries_) {
+    [[maybe_unused]] const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
+    auto& e = entry.second;
     if (!e.alert.firing()) {
       // The key must exist for the whole window: a short burst is never averaged over less.
       if (e.first_seen_ns / kNsPerSecond > window_start) continue;

@@ -175,7 +175,9 @@ std::vector<StormTransition> RelistChurnDetector::Evaluate(int64_t now_ns) {
   std::vector<StormTransition> out = evicted_.Take();
   const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
 
-  for (auto& [key, e] : entries_) {
+  for (auto& entry : entries_) {
+    [[maybe_unused]] const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
+    auto& e = entry.second;
     if (!e.alert.firing()) {
       const Window w = WindowSum(e, last);
       if (!Churning(w)) continue;

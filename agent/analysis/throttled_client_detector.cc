@@ -146,7 +146,9 @@ std::vector<StormTransition> ThrottledClientDetector::Evaluate(int64_t now_ns) {
   std::vector<StormTransition> out = evicted_.Take();
   const int64_t last = now_ns / kNsPerSecond - 1;  // newest complete second
   const int limit = static_cast<int>(ring_) - 1;
-  for (auto& [key, c] : clients_) {
+  for (auto& entry : clients_) {
+    [[maybe_unused]] const auto& key = entry.first;  // not a structured binding: lambdas capture it (clang 14)
+    auto& c = entry.second;
     auto throttled_at = [&](int64_t s) { return c.throttled.At(s) >= config_.throttled_rate; };
     if (!c.alert.firing()) {
       if (!c.throttled.EachAtLeast(last, config_.sustain_s, config_.throttled_rate)) continue;

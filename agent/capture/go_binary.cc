@@ -132,14 +132,19 @@ Result<std::vector<RawFunction>> ParsePclntab(std::span<const uint8_t> tab, uint
   return functions;
 }
 
-// Offsets at which the bytes look like a little-endian 64-bit pclntab header.
-std::vector<uint64_t> ScanForPclntab(std::span<const uint8_t> data) {
+// Candidate pclntab headers tried when there are no section headers: each failed candidate is
+// parsed up to its (file-sized) function table, so a file full of header look-alikes would
+// otherwise take time quadratic in its size. A real binary has one.
+constexpr size_t kMaxPclntabCandidates = 16;
+
+// Offsets at which the bytes look like a little-endian 64-bit pclntab header (at most `max`).
+std::vector<uint64_t> ScanForPclntab(std::span<const uint8_t> data, size_t max) {
   std::vector<uint64_t> hits;
   static constexpr uint8_t kTail[] = {0xff, 0xff, 0xff, 0x00, 0x00};
   const uint8_t* base = data.data();
   const uint8_t* p = base;
   const uint8_t* end = base + data.size();
-  while (end - p >= 8) {
+  while (end - p >= 8 && hits.size() < max) {
     auto* hit = static_cast<const uint8_t*>(memmem(p, end - p, kTail, sizeof(kTail)));
     if (hit == nullptr) break;
     p = hit + 1;
@@ -409,7 +414,9 @@ Result<bool> GoBinary::ReadPclntab() {
     for (const ElfSegment& seg : elf_.segments()) {
       if (seg.type != PT_LOAD) continue;
       auto bytes = *elf_.BytesAt(seg.offset, seg.filesz);  // checked by ElfFile::Open
-      for (uint64_t offset : ScanForPclntab(bytes)) candidates.push_back(bytes.subspan(offset));
+      for (uint64_t offset : ScanForPclntab(bytes, kMaxPclntabCandidates - candidates.size())) {
+        candidates.push_back(bytes.subspan(offset));
+      }
     }
     if (candidates.empty()) return Error{"no .gopclntab: not a Go binary"};
   }

@@ -211,6 +211,10 @@ std::optional<std::string> GoTypes::PkgPathOf(uint64_t vaddr, uint8_t tflag, GoK
   return NameAt(md_.types + off);
 }
 
+uint64_t GoTypes::NameBudget() const {
+  return 4 * (md_.etypes - md_.types) + (uint64_t{16} << 20);
+}
+
 Result<GoType> GoTypes::Describe(uint64_t vaddr) const {
   if (vaddr < md_.types || vaddr + kTypeSize > md_.etypes || vaddr % kPtr) {
     return Error{"type descriptor " + Hex(vaddr) + " is outside runtime.types"};
@@ -287,12 +291,19 @@ Result<bool> GoTypes::Walk() {
   std::vector<uint64_t> roots;
   roots.swap(work);
   for (uint64_t r : roots) push(r);
+  const uint64_t name_budget = NameBudget();
+  uint64_t name_bytes = 0;
   while (!work.empty()) {
     uint64_t vaddr = work.back();
     work.pop_back();
     auto type = Describe(vaddr);
     if (!type) continue;  // an unreadable edge: skipped, the walk goes on (counted below)
     ++visited_;
+    name_bytes += type->name.size();
+    if (name_bytes > name_budget) {
+      return Error{"type names total more than " + std::to_string(name_budget) +
+                   " bytes: descriptors share names, crafted or corrupt type data"};
+    }
     auto t = *elf_.BytesAtVaddr(vaddr, kTypeSize);
     uint8_t tflag = t[20];
     push_off(static_cast<uint32_t>(Le(t, 44, 4)));  // PtrToThis
@@ -404,11 +415,18 @@ Result<std::vector<GoStructField>> GoTypes::StructFields(const GoType& type) con
   if (!f) return Error{type.name + ": field array lies outside the file"};
   std::vector<GoStructField> out;
   out.reserve(n);
+  const uint64_t name_budget = NameBudget();
+  uint64_t name_bytes = 0;
   for (uint64_t i = 0; i < n; ++i) {
     GoStructField field;
     auto name = NameAt(Le(*f, i * kStructFieldSize, kPtr), &field.embedded);
     auto ftype = Describe(Le(*f, i * kStructFieldSize + 8, kPtr));
     if (!name || !ftype) return Error{type.name + ": field " + std::to_string(i) + " is unreadable"};
+    name_bytes += name->size() + ftype->name.size();
+    if (name_bytes > name_budget) {
+      return Error{type.name + ": field names total more than " + std::to_string(name_budget) +
+                   " bytes: fields share names, crafted or corrupt type data"};
+    }
     field.name = std::move(*name);
     field.type = std::move(*ftype);
     field.offset = Le(*f, i * kStructFieldSize + 16, kPtr);
@@ -472,9 +490,13 @@ Result<GoMapLayout> GoTypes::MapLayout(const GoType& type) const {
     m.elems_offset = Le(*d, 104, kPtr);
     m.elem_stride = Le(*d, 112, kPtr);
   }
-  if (m.keys_offset + (kSlots - 1) * m.key_stride + m.key_size > m.group_size ||
-      m.elems_offset + (kSlots - 1) * m.elem_stride + m.elem_size > m.group_size ||
-      m.key_stride < m.key_size || m.elem_stride < m.elem_size) {
+  // Every term at most group_size (itself < 2^32) first, so the sums cannot wrap around.
+  auto fits = [&](uint64_t offset, uint64_t stride, uint64_t size) {
+    return offset <= m.group_size && stride <= m.group_size && size <= m.group_size &&
+           stride >= size && offset + (kSlots - 1) * stride + size <= m.group_size;
+  };
+  if (m.group_size > 0xffffffffu || !fits(m.keys_offset, m.key_stride, m.key_size) ||
+      !fits(m.elems_offset, m.elem_stride, m.elem_size)) {
     return Error{type.name + ": group layout does not fit its " + std::to_string(m.group_size) + " bytes"};
   }
   return m;

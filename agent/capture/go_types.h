@@ -117,6 +117,10 @@ class GoTypes {
   Result<GoType> Describe(uint64_t vaddr) const;
   std::optional<std::string> NameAt(uint64_t vaddr, bool* embedded = nullptr) const;
   std::optional<std::string> PkgPathOf(uint64_t vaddr, uint8_t tflag, GoKind kind) const;
+  // Bytes of names one walk, or one StructFields, may copy: a small multiple of runtime.types.
+  // Names live once each in it, so real binaries stay far below; a crafted one pointing every
+  // descriptor or field at one long name would otherwise be copied per reference.
+  uint64_t NameBudget() const;
 
   ElfFile elf_;  // a copy shares the mapping
   GoModuleData md_;

@@ -1,5 +1,6 @@
 #include "agent/protocol/h2_events.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -43,7 +44,8 @@ Result<CaptureEvent> DecodeRequest(std::span<const uint8_t> bytes) {
   ev.peer_address = FormatSockAddr(fixed.peer);
   ev.client_cert_der = fixed.client_cert_der;
   ev.client_cert_der_len = fixed.client_cert_der_len;
-  ev.fields.reserve(fixed.fields_kept);
+  // fields_kept is the event's word: each field takes at least 4 bytes of data_len.
+  ev.fields.reserve(std::min<size_t>(fixed.fields_kept, fixed.data_len / 4));
   const uint8_t* p = bytes.data() + kFixed;
   const uint8_t* end = p + fixed.data_len;
   for (uint16_t i = 0; i < fixed.fields_kept; ++i) {

@@ -3,6 +3,11 @@
 // cut record) is an error or a clean end, never a crash.
 #include "agent/record/capture_file.h"
 
+#include <chrono>
+
+#include "agent/pipeline/request_pipeline.h"
+#include "agent/replay.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -229,6 +234,36 @@ TEST(CaptureFile, WhatIsNotACaptureIsRefused) {
   auto r = CaptureReader::Open(path);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().find("version 2"), std::string::npos) << r.error();
+  std::filesystem::remove(path);
+}
+
+// Replay of a file it did not write: a record's clock jumping by years is not ticked through
+// second by second (it took hours), and a time past any monotonic clock is refused.
+TEST(CaptureFile, ReplayOfClockJumpsIsBoundedAndOutOfRangeTimesRefused) {
+  const std::string path = TempPath("clock");
+  auto replay = [&](std::vector<uint64_t> ends) {
+    {
+      auto w = CaptureWriter::Open(path, {}, 0);
+      EXPECT_TRUE(w.ok());
+      for (size_t i = 0; i < ends.size(); ++i) {
+        RequestRecord r = Request(static_cast<int>(i));
+        r.start_ns = r.end_ns = ends[i];
+        (*w)->Write(r);
+      }
+    }
+    auto reader = CaptureReader::Open(path);
+    EXPECT_TRUE(reader.ok());
+    PrometheusExporter exporter;
+    RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
+    return ReplayCapture(**reader, pipeline, false, 30);
+  };
+  auto start = std::chrono::steady_clock::now();
+  auto jumped = replay({1'000'000'000ull, 1'000'000'000ull + (uint64_t{100} * 365 * 86400) * 1'000'000'000ull});
+  ASSERT_TRUE(jumped.ok()) << jumped.error();
+  EXPECT_EQ(jumped->requests, 2u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  auto out_of_range = replay({1'000'000'000ull, uint64_t{1} << 63});
+  EXPECT_FALSE(out_of_range.ok());
   std::filesystem::remove(path);
 }
 

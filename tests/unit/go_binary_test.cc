@@ -769,6 +769,34 @@ TEST(GoBinarySyntheticErrors, SharedLongNameIsRefusedNotCopied) {
   std::filesystem::remove(path);
 }
 
+// Without section headers the pclntab is found by scanning the segments for its header; every
+// look-alike is parsed as far as its function table goes, so a file full of them took time
+// quadratic in its size. At most 16 candidates are tried: the 16 look-alikes in .text before the
+// real table leave it unread, 15 do not.
+TEST(GoBinarySyntheticErrors, PclntabLookAlikesAreBounded) {
+  for (int fakes : {15, 16}) {
+    Image image(0);
+    image.bytes() = SyntheticGoBinary(0xfffffff1u, true, kModInfo);
+    for (int i = 0; i < fakes; ++i) {  // after the code, 16-byte apart: magic, 0, 0, quantum, ptr
+      const uint64_t at = kTextOffset + 0x100 + 16 * i;
+      image.Put<uint32_t>(at, 0xfffffff1u);
+      image.Put<uint16_t>(at + 4, 0);
+      image.Put<uint8_t>(at + 6, 1);
+      image.Put<uint8_t>(at + 7, 8);
+    }
+    std::string path = TempPath("look-alikes");
+    WriteFile(path, image.bytes());
+    auto binary = GoBinary::Open(path);
+    std::filesystem::remove(path);
+    if (fakes == 15) {
+      ASSERT_TRUE(binary.ok()) << binary.error();
+      EXPECT_EQ(binary->functions().size(), 2u);
+    } else {
+      EXPECT_FALSE(binary.ok()) << "the 17th candidate is not tried";
+    }
+  }
+}
+
 // --- a real binary, truncated and corrupted ----------------------------------------------------
 
 TEST(GoBinaryFixture, TruncatedOrCorruptCopiesAreErrors) {

@@ -619,6 +619,57 @@ TEST(GoTypeData, CorruptDescriptorsAreErrorsNotCrashes) {
   EXPECT_GT(refused, 0) << "2000 corrupted bytes in the descriptors and nothing noticed?";
 }
 
+// A crafted struct whose fields all name one 1 MiB name (and as many fields as the type data
+// holds): StructFields copied the name per field (tens of gigabytes); it now stops at a small
+// multiple of the type data.
+TEST(GoTypeData, FieldsSharingOneLongNameAreRefusedNotCopied) {
+  const std::string src = kGoOut + "/test-apiserver-go1.23";
+  ASSERT_TRUE(Exists(src)) << src;
+  auto clean = GoBinary::Open(src);
+  ASSERT_TRUE(clean.ok());
+  ASSERT_TRUE(clean->types().ok());
+  const GoModuleData md = *clean->module_data();
+  auto target = (*clean->types())->FindNamed("golang.org/x/net/http2.serverConn");
+  ASSERT_TRUE(target);
+  const ElfSection* rodata = clean->elf().FindSection(".rodata");
+  ASSERT_NE(rodata, nullptr);
+  std::ifstream in(src, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto file_offset = [&](uint64_t vaddr) { return rodata->offset + (vaddr - rodata->addr); };
+  auto put64 = [&](uint64_t vaddr, uint64_t v) { std::memcpy(&bytes[file_offset(vaddr)], &v, 8); };
+  // Early in runtime.types (before the struct's descriptor): one name of 1 MiB - 1 bytes, then
+  // the field array.
+  constexpr uint64_t kNameLen = (1 << 20) - 1, kFields = 8192;
+  const uint64_t name = (md.types + 4096) & ~uint64_t{7};
+  const uint64_t fields = (name + kNameLen + 8 + 7) & ~uint64_t{7};
+  ASSERT_LT(fields + kFields * 24, target->vaddr) << "the struct's descriptor must stay intact";
+  bytes[file_offset(name)] = 0;  // flags, then uvarint length 0xfffff
+  bytes[file_offset(name) + 1] = static_cast<char>(0xff);
+  bytes[file_offset(name) + 2] = static_cast<char>(0xff);
+  bytes[file_offset(name) + 3] = 0x3f;
+  auto field_type = (*clean->types())->StructFields(*target);
+  ASSERT_TRUE(field_type.ok() && !field_type->empty());
+  for (uint64_t i = 0; i < kFields; ++i) {
+    put64(fields + 24 * i, name);
+    put64(fields + 24 * i + 8, (*field_type)[0].type.vaddr);
+    put64(fields + 24 * i + 16, 0);
+  }
+  put64(target->vaddr + 56, fields);
+  put64(target->vaddr + 64, kFields);
+  const std::string path = "/tmp/stormwatch-shared-field-name-" + std::to_string(getpid());
+  std::ofstream(path, std::ios::binary) << bytes;
+  auto crafted = GoBinary::Open(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(crafted.ok()) << crafted.error();
+  ASSERT_TRUE(crafted->types().ok()) << crafted->types().error();
+  auto type = (*crafted->types())->FindNamed("golang.org/x/net/http2.serverConn");
+  ASSERT_TRUE(type);
+  auto crafted_fields = (*crafted->types())->StructFields(*type);
+  ASSERT_FALSE(crafted_fields.ok()) << "8192 copies of a 1 MiB name";
+  EXPECT_NE(crafted_fields.error().find("field names total more than"), std::string::npos)
+      << crafted_fields.error();
+}
+
 TEST(GoTypeData, ModuleDataThatDoesNotMatchTheSectionsIsRefused) {
   const std::string src = kGoOut + "/test-apiserver-go1.23";
   auto clean = GoBinary::Open(src);

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One fuzz target for a while on a scratch copy of its seeds (docs/fuzzing.md):
+#   run_target.sh BINARY SEEDS_DIR SECONDS WORK_DIR
+# WORK_DIR gets corpus/ (the seeds plus what the run found), the log, and any reproducer
+# (crash-*, leak-*, oom-*, timeout-*). Prints the target's execs/s and total execs; exits
+# non-zero on any crash, leak, OOM or timeout.
+set -uo pipefail
+bin=$1 seeds=$2 seconds=$3 work=$4
+name=$(basename "$bin")
+rm -rf "$work/corpus" && mkdir -p "$work/corpus"
+if [ -d "$seeds" ]; then cp -r "$seeds"/. "$work/corpus/"; fi
+log="$work/$name.log"
+"$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+  -artifact_prefix="$work/" "$work/corpus" >"$log" 2>&1
+rc=$?
+execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+artifacts=$(ls "$work" | grep -E '^(crash|leak|oom|timeout)-' || true)
+printf '%-32s %12s execs %8s execs/s  %s\n' "$name" "${execs:-?}" "${speed:-?}" \
+  "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc), log $log")"
+if [ $rc -ne 0 ] || [ -n "$artifacts" ]; then
+  grep -E 'ERROR: |SUMMARY: |runtime error|==[0-9]+==' "$log" | head -20
+  for a in $artifacts; do echo "reproducer: $work/$a"; done
+  exit 1
+fi
