@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "agent/record/capture_file.h"
 #include "agent/replay.h"
@@ -17,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != static_cast<ssize_t>(size)) abort();
   auto reader = CaptureReader::Open("/proc/self/fd/" + std::to_string(fd));
   if (!reader) return 0;
-  RequestPipeline pipeline(exporter, DetectorsConfig{}, [](const StormTransition&) {});
+  MeteredPipeline pipeline(exporter, DetectorsConfig{}, [](const StormTransition&) {});
   (void)ReplayCapture(**reader, pipeline, /*recorded_pace=*/false, /*drain_s=*/30);
   return 0;
 }

@@ -3,6 +3,7 @@
 // request_assembler), TLS data and close events (tls_events, http1_stream), etcd gRPC calls
 // (grpc_calls), and everything the pipeline does with a joined request (request_info,
 // identity, object facts, detectors). Input: records of [u16 length][bytes].
+#include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "tests/fuzz/fuzz_common.h"
 
@@ -33,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static PrometheusExporter* exporter = new PrometheusExporter();  // metric families: once
   static auto types = Types();
   fuzz::Input in(data, size);
-  RequestPipeline pipeline(exporter, DetectorsConfig{}, [](const StormTransition&) {});
+  MeteredPipeline pipeline(exporter, DetectorsConfig{}, [](const StormTransition&) {});
   pipeline.SetTargetRole(43, TargetRole::kEtcd);
   pipeline.SetEtcdMessageTypes(43, types);
   while (!in.empty()) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "agent/replay.h"
 
@@ -254,7 +255,7 @@ TEST(CaptureFile, ReplayOfClockJumpsIsBoundedAndOutOfRangeTimesRefused) {
     auto reader = CaptureReader::Open(path);
     EXPECT_TRUE(reader.ok());
     PrometheusExporter exporter;
-    RequestPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
+    MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
     return ReplayCapture(**reader, pipeline, false, 30);
   };
   auto start = std::chrono::steady_clock::now();
