@@ -122,11 +122,45 @@ def bpf_uprobes():
             if e.get("fd_type") in ("uprobe", "uretprobe")]
 
 
+def bpf_links(pid):
+    """{link id: prog id} of the BPF links process `pid` holds (its fds' fdinfo)."""
+    links = {}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fdinfo")
+    except OSError:
+        return links
+    for fd in fds:
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                info = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        except OSError:
+            continue
+        if "link_id" in info and "prog_id" in info:
+            links[int(info["link_id"])] = int(info["prog_id"])
+    return links
+
+
+def uprobe_multi_links():
+    """Every uprobe_multi link (Linux 6.6+: one per program and target): [(link id, target pid, uprobes)]."""
+    out = subprocess.run([BPFTOOL, "-j", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return [(l["id"], l.get("pid"), l.get("func_cnt", 0)) for l in json.loads(out or "[]")
+            if l.get("type") == "uprobe_multi"]
+
+
+def agent_programs(agent_pid):
+    """The programs the agent attached: through perf events (one per uprobe, kernels before 6.6)
+    or through its uprobe_multi links (6.6+)."""
+    return ({prog for holder, prog, _ in bpf_uprobes() if holder == agent_pid} |
+            set(bpf_links(agent_pid).values()))
+
+
 def foreign_probes(server_pid, agent_pid=None):
     """Uprobes on the server held by another process than our agent (another engineer's agent
     attaching by name, a tracer): they would be charged to both sides of the comparison."""
     paths = {f"/proc/{server_pid}/exe", os.path.realpath(f"/proc/{server_pid}/exe")}
-    return sum(1 for pid, _, f in bpf_uprobes() if f in paths and pid != agent_pid)
+    mine = set(bpf_links(agent_pid)) if agent_pid else set()
+    return (sum(1 for pid, _, f in bpf_uprobes() if f in paths and pid != agent_pid) +
+            sum(n for link, pid, n in uprobe_multi_links() if pid == server_pid and link not in mine))
 
 
 def machine_load():
@@ -360,8 +394,8 @@ class Bench:
             m0 = agent.metrics()
             if self.target_info is None:
                 self.target_info = next((l for n, l, v in m0 if n == "stormwatch_target_info" and v == 1), {})
-            # The agent's programs: those its process attached (bpftool perf), not any other's.
-            mine = {prog for holder, prog, _ in bpf_uprobes() if holder == agent.proc.pid}
+            # The agent's programs: those its process attached, not any other's.
+            mine = agent_programs(agent.proc.pid)
             foreign = foreign_probes(pid, agent.proc.pid)
             if self.bpf_stats:
                 p0 = bpf_prog_stats()
