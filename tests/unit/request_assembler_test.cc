@@ -104,7 +104,8 @@ TEST(H2Events, ConnectionAddressesReachTheRecord) {
   fixed.peer.ip_len = 5;
   fixed.local.ip_len = 0;
   std::memcpy(bytes.data(), &fixed, offsetof(sw_h2_request, data));
-  const auto& unknown = std::get<H2RequestEvent>(*DecodeCaptureEvent(bytes));
+  const auto decoded = DecodeCaptureEvent(bytes);  // the event outlives the checks below
+  const auto& unknown = std::get<H2RequestEvent>(*decoded);
   EXPECT_EQ(unknown.peer_address, "");
   EXPECT_EQ(unknown.local_address, "");
 }

@@ -69,6 +69,7 @@ TEST(SharedIdentity, KeepLatestIdentityCopiesOnlyOnChange) {
   RequestRecord later = Get("alice", "", "kubectl/v1.32.1");
   later.identity.component = "kubectl";
   later.identity.component_version = "v1.32.1";
+  const IdentityRef held = kept;  // a detector still holding the old one keeps it alive
   KeepLatestIdentity(kept, later);
   EXPECT_NE(kept.get(), before);
   EXPECT_EQ(kept->user_agent, "kubectl/v1.32.1");
