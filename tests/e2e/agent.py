@@ -163,6 +163,19 @@ class Agent:
                 counts[key] = counts.get(key, 0) + int(v)
         return counts
 
+    def settled_request_counts(self, timeout=5):
+        """request_counts() once unchanged for 0.3 s: the last requests before a pause may still
+        be in the agent's ring buffer (drained every 10 ms)."""
+        counts = self.request_counts()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            latest = self.request_counts()
+            if latest == counts:
+                break
+            counts = latest
+        return counts
+
     def kill(self):
         """SIGKILL: the agent gets no chance to clean up; the kernel must release its probes."""
         self.proc.kill()

@@ -180,20 +180,8 @@ class FaultsEndToEnd(unittest.TestCase):
             return body
         return None
 
-    def settled(self, agent, timeout=5):
-        """The agent's request counts once unchanged for 0.3 s."""
-        counts = agent.request_counts()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            time.sleep(0.3)
-            latest = agent.request_counts()
-            if latest == counts:
-                break
-            counts = latest
-        return counts
-
     def snapshot(self, agent, server):
-        return self.settled(agent), count_map(server.counts())
+        return agent.settled_request_counts(), count_map(server.counts())
 
     def assert_counts_exact(self, agent, snapshot, server):
         agent_before, server_before = snapshot
@@ -317,7 +305,7 @@ class FaultsEndToEnd(unittest.TestCase):
         probes = self.attached_probes(agent, watch, [c.apiserver_pid, self.etcd_pid()])
         etcd_probes = probes[self.etcd_pid()]
         self.kubectl_traffic()
-        self.settled(agent)
+        agent.settled_request_counts()
         lost_before = lost(agent)
         hits = self.probe_hits(agent)
         h2, h1 = 6, 3

@@ -279,21 +279,7 @@ class LifecycleEndToEnd(unittest.TestCase):
 
     def snapshot(self, agent, servers):
         """The agent's counts and each server's, taken with nothing in flight."""
-        return self.settled_request_counts(agent), [(s, count_map(s.counts())) for s in servers]
-
-    @staticmethod
-    def settled_request_counts(agent, timeout=5):
-        """The agent's counts once unchanged for 0.3 s: the last requests before a pause may still
-        be in its ring buffer (drained every 10 ms)."""
-        counts = agent.request_counts()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            time.sleep(0.3)
-            latest = agent.request_counts()
-            if latest == counts:
-                break
-            counts = latest
-        return counts
+        return agent.settled_request_counts(), [(s, count_map(s.counts())) for s in servers]
 
     def assert_counts_exact(self, agent, snapshot):
         """The agent counted exactly what the servers handled since snapshot; returns how many."""
