@@ -14,29 +14,17 @@
 #include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "bpf/events.h"
+#include "tests/unit/etcd_message_types.h"
 
 namespace stormwatch {
 namespace {
 
-constexpr uint64_t kRangeType = 0x1000, kRangeRespType = 0x2000, kTxnType = 0x3000,
-                   kTxnRespType = 0x4000;
+using testing_etcd::kRangeRespType;
+using testing_etcd::kRangeType;
+using testing_etcd::kTxnRespType;
+using testing_etcd::kTxnType;
 
-// RangeRequest as etcd 3.5's gogo structs lay it out (tests/unit/go_layout_test checks the real).
-std::shared_ptr<EtcdMessageTypes> Types() {
-  auto t = std::make_shared<EtcdMessageTypes>();
-  t->by_type = {{kRangeType, EtcdMessage::kRangeRequest}, {kRangeRespType, EtcdMessage::kRangeResponse},
-                {kTxnType, EtcdMessage::kTxnRequest}, {kTxnRespType, EtcdMessage::kTxnResponse}};
-  t->fields.range_limit = 48;
-  t->fields.range_revision = 56;
-  t->fields.range_serializable = 72;
-  t->fields.range_keys_only = 73;
-  t->fields.range_count_only = 74;
-  t->fields.range_resp_kvs = 8;
-  t->fields.range_resp_more = 32;
-  t->fields.range_resp_count = 40;
-  t->fields.txn_resp_succeeded = 8;
-  return t;
-}
+std::shared_ptr<EtcdMessageTypes> Types() { return testing_etcd::MessageTypes(); }
 
 std::vector<uint8_t> Call(uint64_t g, uint64_t ts, const std::string& method, uint64_t type,
                           const std::string& key, const std::string& end, int64_t limit = 0,
