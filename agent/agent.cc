@@ -186,7 +186,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
         options.health_address,
         HealthServer::kHealthRoutes | (shared ? HealthServer::kDebugRoutes : 0u));
     if (!started) {
-      spdlog::critical("{}", started.error());
+      spdlog::critical("{}", started.error().message);
       return 1;
     }
     health = std::move(*started);
@@ -194,7 +194,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   if (!options.debug_address.empty() && !shared) {
     auto started = HealthServer::Start(options.debug_address, HealthServer::kDebugRoutes);
     if (!started) {
-      spdlog::critical("{}", started.error());
+      spdlog::critical("{}", started.error().message);
       return 1;
     }
     debug_server = std::move(*started);
@@ -219,7 +219,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     spdlog::info("APF names from {}", source->apiserver_url);
   } else {
     spdlog::info("APF names from the static mapping only ({} entries): {}",
-                 options.apf_static_names.size(), source.error());
+                 options.apf_static_names.size(), source.error().message);
   }
   ApfNaming apf_naming{&apf_names, [&] {
                          if (apf_fetcher) apf_fetcher->OnUnknownUid();
@@ -267,7 +267,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     auto w = CaptureWriter::Open(options.record_path,
                                  {options.record_max_bytes, options.record_files}, clock_offset);
     if (!w) {
-      spdlog::critical("{}", w.error());
+      spdlog::critical("{}", w.error().message);
       return 1;
     }
     recorder = std::move(*w);
@@ -280,7 +280,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   auto probes = GoHttpProbes::Load(options.ring_buffer_bytes,
                                    [&](std::span<const uint8_t> bytes) { pipeline.OnEvent(bytes); });
   if (!probes) {
-    spdlog::critical("{}", probes.error());
+    spdlog::critical("{}", probes.error().message);
     return 1;
   }
   TargetManagerOptions target_options{options.target_names, options.pids};

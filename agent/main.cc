@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "replay") {
     auto replay = stormwatch::ParseReplayOptions(argc, argv);
     if (!replay) {
-      std::fprintf(stderr, "stormwatch replay: %s\n", replay.error().c_str());
+      std::fprintf(stderr, "stormwatch replay: %s\n", replay.error().message.c_str());
       return 2;
     }
     return stormwatch::RunReplay(*replay);
@@ -35,14 +35,14 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "top") {
     auto top = stormwatch::top::ParseTopOptions(argc, argv);
     if (!top) {
-      std::fprintf(stderr, "stormwatch top: %s\n", top.error().c_str());
+      std::fprintf(stderr, "stormwatch top: %s\n", top.error().message.c_str());
       return 2;
     }
     return stormwatch::top::RunTop(*top);
   }
   auto options = stormwatch::ParseAgentOptions(argc, argv);
   if (!options) {
-    std::fprintf(stderr, "stormwatch: %s\n", options.error().c_str());
+    std::fprintf(stderr, "stormwatch: %s\n", options.error().message.c_str());
     return 2;
   }
   if (options->show_help) {

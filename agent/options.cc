@@ -77,7 +77,7 @@ std::string ApplyFlag(int flag, std::string_view arg, AgentOptions& o, bool& tar
       pids_given = true;
       for (const std::string& p : SplitCommas(arg)) {
         auto pid = ParseNumber<pid_t>("pid", p);
-        if (!pid) return pid.error();
+        if (!pid) return pid.error().message;
         if (*pid <= 0) return "--pid: must be positive";
         o.pids.push_back(*pid);
       }
@@ -114,7 +114,7 @@ std::string ApplyFlag(int flag, std::string_view arg, AgentOptions& o, bool& tar
       return "";
     case kRingBufferBytes: {
       auto n = ParseNumber<size_t>("ring-buffer-bytes", arg);
-      if (!n) return n.error();
+      if (!n) return n.error().message;
       if (std::string p = RingBufferBytesProblem(*n); !p.empty()) return "--ring-buffer-bytes: " + p;
       o.ring_buffer_bytes = *n;
       return "";
@@ -144,14 +144,14 @@ std::string ApplyFlag(int flag, std::string_view arg, AgentOptions& o, bool& tar
       return "";
     case kRecordMaxBytes: {
       auto n = ParseNumber<uint64_t>("record-max-bytes", arg);
-      if (!n) return n.error();
+      if (!n) return n.error().message;
       if (*n < 4096) return "--record-max-bytes: at least 4096";
       o.record_max_bytes = *n;
       return "";
     }
     case kRecordFiles: {
       auto n = ParseNumber<uint32_t>("record-files", arg);
-      if (!n) return n.error();
+      if (!n) return n.error().message;
       if (*n < 1 || *n > 1000) return "--record-files: 1..1000";
       o.record_files = *n;
       return "";
@@ -160,7 +160,7 @@ std::string ApplyFlag(int flag, std::string_view arg, AgentOptions& o, bool& tar
     case kResourceRate: {
       auto v = ParseNumber<double>(flag == kObjectRate ? "update-loop-object-rate"
                                                        : "update-loop-resource-rate", arg);
-      if (!v) return v.error();
+      if (!v) return v.error().message;
       (flag == kObjectRate ? o.detectors.update_loop.object_rate
                            : o.detectors.update_loop.resource_rate) = *v;
       return "";
@@ -172,7 +172,7 @@ std::string ApplyFlag(int flag, std::string_view arg, AgentOptions& o, bool& tar
                                 : flag == kResourceSustain ? "update-loop-resource-sustain"
                                                            : "update-loop-resolve",
                                 arg);
-      if (!v) return v.error();
+      if (!v) return v.error().message;
       (flag == kObjectSustain     ? o.detectors.update_loop.object_sustain_s
        : flag == kResourceSustain ? o.detectors.update_loop.resource_sustain_s
                                   : o.detectors.update_loop.resolve_s) = *v;
@@ -262,7 +262,7 @@ Result<AgentOptions> ParseAgentOptions(int argc, char** argv) {
   AgentOptions o;
   if (!config_path.empty()) {
     auto loaded = ApplyConfigFile(config_path, std::move(o));
-    if (!loaded) return Error{loaded.error()};
+    if (!loaded) return loaded.error();
     o = std::move(*loaded);
     o.config_path = config_path;
   }

@@ -38,16 +38,16 @@ Result<ReplayOptions> ParseReplayOptions(int argc, char** argv) {
     };
     if (a == "--config") {
       auto v = value("--config");
-      if (!v) return Error{v.error()};
+      if (!v) return v.error();
       o.config_path = *v;
     } else if (a == "--pace") {
       auto v = value("--pace");
-      if (!v) return Error{v.error()};
+      if (!v) return v.error();
       if (*v != "recorded" && *v != "full") return Error{"--pace: recorded or full, got '" + *v + "'"};
       o.recorded_pace = *v == "recorded";
     } else if (a == "--drain-s") {
       auto v = value("--drain-s");
-      if (!v) return Error{v.error()};
+      if (!v) return v.error();
       char* end = nullptr;
       long n = std::strtol(v->c_str(), &end, 10);
       if (end == v->c_str() || *end || n < 0 || n > 3600) return Error{"--drain-s: 0..3600, got '" + *v + "'"};
@@ -93,7 +93,7 @@ Result<ReplayStats> ReplayCapture(CaptureReader& reader, RequestPipeline& pipeli
   };
   while (true) {
     auto next = reader.Next();
-    if (!next) return Error{next.error()};
+    if (!next) return next.error();
     if (!*next) break;
     const uint64_t end_ns = std::visit([](const auto& r) { return uint64_t{r.end_ns}; }, **next);
     if (end_ns > kMaxTimeNs) {
@@ -122,14 +122,14 @@ int RunReplay(const ReplayOptions& options) {
   if (!options.config_path.empty()) {
     auto loaded = ApplyConfigFile(options.config_path, agent);
     if (!loaded) {
-      std::fprintf(stderr, "stormwatch replay: %s\n", loaded.error().c_str());
+      std::fprintf(stderr, "stormwatch replay: %s\n", loaded.error().message.c_str());
       return 1;
     }
     agent = std::move(*loaded);
   }
   auto reader = CaptureReader::Open(options.path);
   if (!reader) {
-    std::fprintf(stderr, "stormwatch replay: %s\n", reader.error().c_str());
+    std::fprintf(stderr, "stormwatch replay: %s\n", reader.error().message.c_str());
     return 1;
   }
   const int64_t offset = (*reader)->header().realtime_offset_ns;
@@ -142,7 +142,7 @@ int RunReplay(const ReplayOptions& options) {
 
   auto stats = ReplayCapture(**reader, pipeline, options.recorded_pace, options.drain_s);
   if (!stats) {
-    std::fprintf(stderr, "stormwatch replay: %s\n", stats.error().c_str());
+    std::fprintf(stderr, "stormwatch replay: %s\n", stats.error().message.c_str());
     return 1;
   }
   std::fflush(stdout);

@@ -38,7 +38,7 @@ Result<std::unique_ptr<HealthServer>> HealthServer::Start(const std::string& add
   s->ctx_ = mg_start(&callbacks, nullptr, options);
   if (!s->ctx_) {
     return Error{std::string("cannot serve ") +
-                 (routes & kHealthRoutes ? "health checks" : "/debug") + " on " + address};
+                 (routes & kHealthRoutes ? "health checks" : "/debug") + " on " + address, ErrorCode::kSystem};
   }
   if (routes & kHealthRoutes) {
     mg_set_request_handler(s->ctx_, "/healthz", &HealthServer::HandleHealthz, s.get());

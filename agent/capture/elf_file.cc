@@ -62,7 +62,7 @@ Result<ElfFile> ElfFile::Open(const std::string& path) {
   elf.path_ = path;
   elf.bytes_ = {static_cast<const uint8_t*>(mapping->addr), mapping->size};
   elf.mapping_ = std::move(mapping);
-  if (auto parsed = elf.Parse(); !parsed) return Error{parsed.error()};
+  if (auto parsed = elf.Parse(); !parsed) return parsed.error();
   return elf;
 }
 

@@ -91,7 +91,7 @@ void DeriveStatus(const GoTypes& types, sw_grpc_offsets& o, std::vector<std::str
   }
   auto status_type = types.Elem(status->type);
   if (!status_type) {
-    caveats.push_back("gRPC status codes of errors not read: " + status_type.error());
+    caveats.push_back("gRPC status codes of errors not read: " + status_type.error().message);
     return;
   }
   std::optional<GoStructField> proto;
@@ -178,7 +178,7 @@ Result<EtcdLayout> DeriveEtcdLayout(const GoTypes& types, LayoutGap* gap) {
   f.lease_grant_ttl = d.Offset(grant, "TTL", {K::kInt64}, 8);
   if (!d.ok()) {
     if (gap) *gap = d.gap();
-    return Error{"etcd gRPC layout: " + d.gap().message};
+    return Error{"etcd gRPC layout: " + d.gap().message, ErrorCode::kNotFound};
   }
   // The BPF program copies the first SW_GRPC_MSG_MAX (request) or SW_GRPC_RESP_MAX (response)
   // bytes of a message struct: a fact beyond them is not read.
@@ -197,7 +197,7 @@ Result<EtcdLayout> DeriveEtcdLayout(const GoTypes& types, LayoutGap* gap) {
   if (range_key != 0 || put_key != 0 || del_key != 0) {
     LayoutGap g{range, "Key", "etcd request messages do not start with their Key"};
     if (gap) *gap = g;
-    return Error{g.message};
+    return Error{g.message, ErrorCode::kNotFound};
   }
 
   struct Message {
@@ -224,7 +224,7 @@ Result<EtcdLayout> DeriveEtcdLayout(const GoTypes& types, LayoutGap* gap) {
       if (m.message == EtcdMessage::kLeaseRevokeRequest) continue;  // only names the call
       LayoutGap g{*m.name, "", "*" + *m.name + " not in the type data"};
       if (gap) *gap = g;
-      return Error{g.message};
+      return Error{g.message, ErrorCode::kNotFound};
     }
     EtcdMessageShape s;
     s.type_vaddr = p->vaddr;

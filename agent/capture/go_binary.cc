@@ -98,7 +98,7 @@ Result<std::vector<RawFunction>> ParsePclntab(std::span<const uint8_t> tab, uint
       functab = sub(kPclnHeaderSize + kPtrSize);
       break;
     default:
-      return Error{"unknown pclntab magic " + Hex(*magic)};
+      return Error{"unknown pclntab magic " + Hex(*magic), ErrorCode::kUnsupported};
   }
   if (!names || !funcdata || !functab) return Error{"pclntab table offsets lie outside it"};
   if (nfunc == 0 || nfunc > functab->size() / (2 * field_size)) {
@@ -107,7 +107,7 @@ Result<std::vector<RawFunction>> ParsePclntab(std::span<const uint8_t> tab, uint
   if ((*magic == kGo118Magic || *magic == kGo120Magic) && text_start == 0) {
     text_start = module_text;
     if (text_start == 0) {
-      return Error{"pclntab has no text start and runtime.moduledata was not found"};
+      return Error{"pclntab has no text start and runtime.moduledata was not found", ErrorCode::kNotFound};
     }
   }
 
@@ -214,7 +214,7 @@ struct InsnFree {
 }  // namespace
 
 Result<GoVersion> GoVersion::Parse(std::string_view text) {
-  if (!text.starts_with("go")) return Error{"not a Go release version: '" + std::string(text) + "'"};
+  if (!text.starts_with("go")) return Error{"not a Go release version: '" + std::string(text) + "'", ErrorCode::kUnsupported};
   GoVersion v;
   const char* p = text.data() + 2;
   const char* end = text.data() + text.size();
@@ -233,7 +233,7 @@ Result<GoVersion> GoVersion::Parse(std::string_view text) {
     }
   }
   v.suffix.assign(p, end);
-  if (v.major != 1) return Error{"unsupported Go major version in '" + std::string(text) + "'"};
+  if (v.major != 1) return Error{"unsupported Go major version in '" + std::string(text) + "'", ErrorCode::kUnsupported};
   return v;
 }
 
@@ -307,10 +307,10 @@ Result<std::vector<uint64_t>> FindReturnInstructions(std::span<const uint8_t> co
   std::unique_ptr<csh, CapstoneCloser> handle(new csh{});
   if (cs_open(CS_ARCH_X86, CS_MODE_64, handle.get()) != CS_ERR_OK) {
     delete handle.release();
-    return Error{"capstone: cannot open an x86-64 disassembler"};
+    return Error{"capstone: cannot open an x86-64 disassembler", ErrorCode::kSystem};
   }
   std::unique_ptr<cs_insn, InsnFree> insn(cs_malloc(*handle));
-  if (!insn) return Error{"capstone: out of memory"};
+  if (!insn) return Error{"capstone: out of memory", ErrorCode::kSystem};
   std::vector<uint64_t> rets;
   const uint8_t* p = code.data();
   size_t left = code.size();
@@ -330,13 +330,13 @@ Result<EntryProbeSite> FindEntryProbeSite(std::span<const uint8_t> code, uint64_
   std::unique_ptr<csh, CapstoneCloser> handle(new csh{});
   if (cs_open(CS_ARCH_X86, CS_MODE_64, handle.get()) != CS_ERR_OK) {
     delete handle.release();
-    return Error{"capstone: cannot open an x86-64 disassembler"};
+    return Error{"capstone: cannot open an x86-64 disassembler", ErrorCode::kSystem};
   }
   if (cs_option(*handle, CS_OPT_DETAIL, CS_OPT_ON) != CS_ERR_OK) {
-    return Error{"capstone: cannot enable instruction details"};
+    return Error{"capstone: cannot enable instruction details", ErrorCode::kSystem};
   }
   std::unique_ptr<cs_insn, InsnFree> insn(cs_malloc(*handle));
-  if (!insn) return Error{"capstone: out of memory"};
+  if (!insn) return Error{"capstone: out of memory", ErrorCode::kSystem};
   const uint8_t* p = code.data();
   size_t left = code.size();
   uint64_t address = base_offset;
@@ -365,13 +365,13 @@ Result<EntryProbeSite> FindEntryProbeSite(std::span<const uint8_t> code, uint64_
 
 Result<GoBinary> GoBinary::Open(const std::string& path) {
   auto elf = ElfFile::Open(path);
-  if (!elf) return Error{elf.error()};
+  if (!elf) return elf.error();
   GoBinary binary(std::move(*elf));
   // Build info first: the Go release says where moduledata's fields are, and moduledata.text is
   // where Go 1.26+ function addresses start.
-  if (auto ok = binary.ReadBuildInfo(); !ok) return Error{path + ": " + ok.error()};
+  if (auto ok = binary.ReadBuildInfo(); !ok) return Context(path + ": ", ok.error());
   binary.ReadModuleData();
-  if (auto ok = binary.ReadPclntab(); !ok) return Error{path + ": " + ok.error()};
+  if (auto ok = binary.ReadPclntab(); !ok) return Context(path + ": ", ok.error());
   return binary;
 }
 
@@ -380,9 +380,9 @@ void GoBinary::ReadModuleData() {
   const ElfSection* pclntab = elf_.FindSection(".gopclntab");
   if (!pclntab) pclntab = elf_.FindSection(".data.rel.ro.gopclntab");
   if (!version) {
-    module_data_ = Error{version.error()};
+    module_data_ = version.error();
   } else if (!pclntab) {
-    module_data_ = Error{"no .gopclntab section to find runtime.moduledata by"};
+    module_data_ = Error{"no .gopclntab section to find runtime.moduledata by", ErrorCode::kNotFound};
   } else {
     module_data_ = FindGoModuleData(elf_, version->minor, pclntab->addr);
   }
@@ -391,12 +391,12 @@ void GoBinary::ReadModuleData() {
 Result<const GoTypes*> GoBinary::types() const {
   if (!types_->types) {
     if (!module_data_) {
-      types_->types = Result<GoTypes>(Error{"no type data: " + module_data_.error()});
+      types_->types = Result<GoTypes>(Context("no type data: ", module_data_.error()));
     } else {
       types_->types = GoTypes::Read(elf_, *module_data_, GoVersion::Parse(go_version())->minor);
     }
   }
-  if (!*types_->types) return Error{types_->types->error()};
+  if (!*types_->types) return (*types_->types).error();
   return &types_->types->value();
 }
 
@@ -418,10 +418,10 @@ Result<bool> GoBinary::ReadPclntab() {
         candidates.push_back(bytes.subspan(offset));
       }
     }
-    if (candidates.empty()) return Error{"no .gopclntab: not a Go binary"};
+    if (candidates.empty()) return Error{"no .gopclntab: not a Go binary", ErrorCode::kNotFound};
   }
 
-  std::string first_error;
+  std::optional<Error> first_error;
   for (std::span<const uint8_t> tab : candidates) {
     auto parsed = ParsePclntab(tab, module_data_ ? module_data_->text : 0);
     std::vector<GoFunction> functions;
@@ -435,7 +435,7 @@ Result<bool> GoBinary::ReadPclntab() {
       if (name_bytes > 2 * uint64_t{tab.size()}) {
         parsed = Error{"function names total " + std::to_string(name_bytes) +
                        " bytes, more than twice the pclntab (" + std::to_string(tab.size()) +
-                       " bytes): names are shared, crafted or corrupt data"};
+                       " bytes): names are shared, crafted or corrupt data", ErrorCode::kLimit};
       }
     }
     if (parsed) {
@@ -450,7 +450,7 @@ Result<bool> GoBinary::ReadPclntab() {
       }
     }
     if (!parsed) {
-      if (first_error.empty()) first_error = parsed.error();
+      if (!first_error) first_error = parsed.error();
       continue;
     }
     pclntab_magic_ = *ReadUint(tab, 0, 4);
@@ -459,7 +459,7 @@ Result<bool> GoBinary::ReadPclntab() {
     for (uint32_t i = 0; i < parsed->size(); ++i) by_name_.emplace((*parsed)[i].name, i);
     return true;
   }
-  return Error{first_error};
+  return *first_error;  // candidates is not empty
 }
 
 Result<bool> GoBinary::ReadBuildInfo() {
@@ -475,7 +475,7 @@ Result<bool> GoBinary::ReadBuildInfo() {
       }
     }
   }
-  if (!start) return Error{"no .go.buildinfo and no data segment"};
+  if (!start) return Error{"no .go.buildinfo and no data segment", ErrorCode::kNotFound};
   std::span<const uint8_t> data;  // up to 64 KiB from `start`, within its segment
   for (const ElfSegment& seg : elf_.segments()) {
     if (seg.type == PT_LOAD && *start >= seg.vaddr && *start - seg.vaddr < seg.filesz) {
@@ -489,7 +489,7 @@ Result<bool> GoBinary::ReadBuildInfo() {
   while (true) {
     at = text.find(kBuildInfoMagic, at);
     if (at == std::string_view::npos || data.size() - at < kBuildInfoHeaderSize) {
-      return Error{"no Go build info (.go.buildinfo): not a Go 1.13+ binary, or corrupt"};
+      return Error{"no Go build info (.go.buildinfo): not a Go 1.13+ binary, or corrupt", ErrorCode::kNotFound};
     }
     if (at % kBuildInfoAlign == 0) break;
     at = (at / kBuildInfoAlign + 1) * kBuildInfoAlign;
@@ -505,7 +505,7 @@ Result<bool> GoBinary::ReadBuildInfo() {
     if (version) modinfo = ReadVarintString(rest);
   } else {
     if (ptr_size != kPtrSize || (flags & kBuildInfoFlagBigEndian)) {
-      return Error{"Go build info is not for a 64-bit little-endian target"};
+      return Error{"Go build info is not for a 64-bit little-endian target", ErrorCode::kUnsupported};
     }
     version = ReadGoString(elf_, *ReadUint(blob, 16, kPtrSize));
     if (version) modinfo = ReadGoString(elf_, *ReadUint(blob, 16 + kPtrSize, kPtrSize));
@@ -520,7 +520,7 @@ Result<bool> GoBinary::ReadBuildInfo() {
     *modinfo = {};
   }
   auto info = ParseGoModInfo(*version, *modinfo);
-  if (!info) return Error{info.error()};
+  if (!info) return info.error();
   build_info_ = std::move(*info);
   return true;
 }
@@ -536,7 +536,7 @@ Result<EntryProbeSite> GoBinary::EntryProbeSiteOf(const GoFunction& fn) const {
   auto code = fn.end > fn.entry ? elf_.BytesAt(fn.file_offset, size) : std::nullopt;
   if (!code) return Error{"function " + fn.name + " lies outside the file"};
   auto site = FindEntryProbeSite(*code, fn.file_offset);
-  if (!site) return Error{fn.name + ": " + site.error()};
+  if (!site) return Context(fn.name + ": ", site.error());
   return site;
 }
 
@@ -551,7 +551,7 @@ Result<std::vector<uint64_t>> GoBinary::ReturnInstructionOffsets(const GoFunctio
   auto code = elf_.BytesAt(fn.file_offset, size);
   if (!code) return Error{"function " + fn.name + " lies outside the file"};
   auto rets = FindReturnInstructions(*code, fn.file_offset);
-  if (!rets) return Error{fn.name + ": " + rets.error()};
+  if (!rets) return Context(fn.name + ": ", rets.error());
   return rets;
 }
 

@@ -17,7 +17,7 @@ void DeriveHttp2(Deriver& d, const Http2Stack& stack, sw_go_offsets& o) {
   if (fields) {
     auto elem = d.types().Elem(fields->type);
     if (!elem) {
-      d.Fail(p + "MetaHeadersFrame", "Fields", elem.error());
+      d.Fail(p + "MetaHeadersFrame", "Fields", elem.error().message);
     } else {
       o.mhf_fields = fields->offset;
       o.field_size = elem->size;
@@ -48,7 +48,7 @@ void DeriveBody(Deriver& d, const Http2Stack& stack, sw_go_offsets& o) {
   if (!o.rws_req_inline) {
     auto elem = d.types().Elem(req->type);
     if (!elem) {
-      d.Fail(rws, "req", elem.error());
+      d.Fail(rws, "req", elem.error().message);
       return;
     }
     request = *elem;
@@ -82,7 +82,7 @@ void DeriveHeaderMap(Deriver& d, const Http2Stack& stack, sw_go_offsets& o) {
   if (!header) return;
   auto m = d.types().MapLayout(header->type);
   if (!m) {
-    d.Fail(header->type.name, "", m.error());
+    d.Fail(header->type.name, "", m.error().message);
     return;
   }
   if (m->key_size != kString || m->elem_size != kSlice) {
@@ -160,7 +160,7 @@ Result<GoLayout> DeriveGoLayout(const GoTypes& types, const Http2Stack& stack, L
   DeriveHttp2(d, stack, o);
   if (!d.ok()) {
     if (gap) *gap = d.gap();
-    return Error{stack.name + " HTTP/2 stack: " + d.gap().message};
+    return Error{stack.name + " HTTP/2 stack: " + d.gap().message, ErrorCode::kNotFound};
   }
   // Optional parts: each all or nothing, a caveat when off.
   auto optional = [&](const char* what, auto&& derive) {

@@ -132,7 +132,7 @@ Result<GoModuleData> ReadModuleData(const ElfFile& elf, uint64_t vaddr, const Mo
         !elf.BytesAtVaddr(md.typelinks, md.typelinks_count * 4) ||
         (links && (md.typelinks != links->addr || md.typelinks_count * 4 > links->size))) {
       return Error{at + ": typelinks do not match .typelink (not Go 1." + std::to_string(go_minor) +
-                   "'s layout?)"};
+                   "'s layout?)", ErrorCode::kUnsupported};
     }
   } else if (md.typedesclen == 0 || md.typedesclen > md.etypes - md.types) {
     return Error{at + ": typedesclen " + std::to_string(md.typedesclen) + " does not fit the types"};
@@ -144,7 +144,7 @@ Result<GoModuleData> ReadModuleData(const ElfFile& elf, uint64_t vaddr, const Mo
 
 Result<GoModuleData> FindGoModuleData(const ElfFile& elf, int go_minor, uint64_t pclntab_vaddr) {
   if (go_minor < 18 || go_minor > 27) {
-    return Error{"Go type data is read for Go 1.18-1.27, not Go 1." + std::to_string(go_minor)};
+    return Error{"Go type data is read for Go 1.18-1.27, not Go 1." + std::to_string(go_minor), ErrorCode::kUnsupported};
   }
   std::vector<uint64_t> candidates;
   if (const ElfSection* s = elf.FindSection(".go.module")) {
@@ -164,14 +164,14 @@ Result<GoModuleData> FindGoModuleData(const ElfFile& elf, int go_minor, uint64_t
     }
   }
   if (candidates.empty()) {
-    return Error{"no runtime.moduledata: no word points at .gopclntab (" + Hex(pclntab_vaddr) + ")"};
+    return Error{"no runtime.moduledata: no word points at .gopclntab (" + Hex(pclntab_vaddr) + ")", ErrorCode::kNotFound};
   }
   std::string why;
   for (const ModuleDataOffsets& off : ModuleDataOffsetsFor(go_minor)) {
     for (uint64_t vaddr : candidates) {
       auto md = ReadModuleData(elf, vaddr, off, go_minor, pclntab_vaddr);
       if (md) return md;
-      if (why.empty()) why = md.error();
+      if (why.empty()) why = md.error().message;
     }
   }
   return Error{why};
@@ -179,7 +179,7 @@ Result<GoModuleData> FindGoModuleData(const ElfFile& elf, int go_minor, uint64_t
 
 Result<GoTypes> GoTypes::Read(const ElfFile& elf, const GoModuleData& md, int go_minor) {
   GoTypes types(elf, md, go_minor);
-  if (auto ok = types.Walk(); !ok) return Error{ok.error()};
+  if (auto ok = types.Walk(); !ok) return ok.error();
   return types;
 }
 
@@ -302,7 +302,7 @@ Result<bool> GoTypes::Walk() {
     name_bytes += type->name.size();
     if (name_bytes > name_budget) {
       return Error{"type names total more than " + std::to_string(name_budget) +
-                   " bytes: descriptors share names, crafted or corrupt type data"};
+                   " bytes: descriptors share names, crafted or corrupt type data", ErrorCode::kLimit};
     }
     auto t = *elf_.BytesAtVaddr(vaddr, kTypeSize);
     uint8_t tflag = t[20];
@@ -360,9 +360,9 @@ Result<bool> GoTypes::Walk() {
     }
   }
   if (seen.size() >= kMaxTypes) {
-    return Error{"more than " + std::to_string(kMaxTypes) + " type descriptors: not a sane binary"};
+    return Error{"more than " + std::to_string(kMaxTypes) + " type descriptors: not a sane binary", ErrorCode::kLimit};
   }
-  if (named_.empty()) return Error{"no named type descriptors found from moduledata"};
+  if (named_.empty()) return Error{"no named type descriptors found from moduledata", ErrorCode::kNotFound};
   return true;
 }
 
@@ -425,7 +425,7 @@ Result<std::vector<GoStructField>> GoTypes::StructFields(const GoType& type) con
     name_bytes += name->size() + ftype->name.size();
     if (name_bytes > name_budget) {
       return Error{type.name + ": field names total more than " + std::to_string(name_budget) +
-                   " bytes: fields share names, crafted or corrupt type data"};
+                   " bytes: fields share names, crafted or corrupt type data", ErrorCode::kLimit};
     }
     field.name = std::move(*name);
     field.type = std::move(*ftype);
@@ -504,7 +504,7 @@ Result<GoMapLayout> GoTypes::MapLayout(const GoType& type) const {
 
 Result<GoStructField> GoTypes::Field(std::string_view qualified_struct, std::string_view path) const {
   auto type = FindNamed(qualified_struct);
-  if (!type) return Error{"type " + std::string(qualified_struct) + " is not in the binary's type data"};
+  if (!type) return Error{"type " + std::string(qualified_struct) + " is not in the binary's type data", ErrorCode::kNotFound};
   GoStructField result;
   result.type = *type;
   std::string walked(qualified_struct);
@@ -513,12 +513,12 @@ Result<GoStructField> GoTypes::Field(std::string_view qualified_struct, std::str
     std::string_view name = path.substr(0, dot);
     path = dot == std::string_view::npos ? std::string_view() : path.substr(dot + 1);
     auto fields = StructFields(result.type);
-    if (!fields) return Error{fields.error()};
+    if (!fields) return fields.error();
     auto it = std::find_if(fields->begin(), fields->end(),
                            [&](const GoStructField& f) { return f.name == name; });
     if (it == fields->end()) {
       return Error{"type " + result.type.name + " has no field " + std::string(name) +
-                   (walked == result.type.name ? "" : " (in " + walked + ")")};
+                   (walked == result.type.name ? "" : " (in " + walked + ")"), ErrorCode::kNotFound};
     }
     uint64_t offset = result.offset + it->offset;
     result = *it;

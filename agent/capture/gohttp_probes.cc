@@ -34,18 +34,15 @@ bool KernelAtLeast(int major, int minor) {
 // period as it goes, and waiters of the same grace period are served together (the agent's
 // whole exit with two targets' 14 links: 0.2 s). Perf-event uprobes (before Linux 6.6) are
 // removed one after the other by the kernel whatever the threads (~0.1 s each).
-void DestroyLinks(const std::vector<bpf_link*>& links) {
-  if (links.size() <= 1) {
-    for (bpf_link* l : links) bpf_link__destroy(l);
-    return;
-  }
+void DestroyLinks(std::vector<BpfLink> links) {
+  if (links.size() <= 1) return;  // the one goes with the vector
   std::vector<std::thread> closers;
   closers.reserve(links.size());
-  for (bpf_link* l : links) {
+  for (BpfLink& l : links) {
     try {
-      closers.emplace_back([l] { bpf_link__destroy(l); });
+      closers.emplace_back([link = std::move(l)] {});  // the thread's copy goes as it ends
     } catch (const std::system_error&) {
-      bpf_link__destroy(l);  // no thread to spare: on this one
+      l.reset();  // no thread to spare: on this one
     }
   }
   for (std::thread& t : closers) t.join();
@@ -53,16 +50,42 @@ void DestroyLinks(const std::vector<bpf_link*>& links) {
 
 }  // namespace
 
+void BpfLinkDeleter::operator()(bpf_link* link) const { bpf_link__destroy(link); }
+void RingBufferDeleter::operator()(ring_buffer* ring) const { ring_buffer__free(ring); }
+void GoHttpProbes::SkeletonDeleter::operator()(gohttp_bpf* skel) const { gohttp_bpf__destroy(skel); }
+
+// An attachment being built: until Commit, leaving (an error, an exception) gives back its
+// slots and gRPC message entries; its links go with it.
+class GoHttpProbes::AttachmentDraft {
+ public:
+  AttachmentDraft(GoHttpProbes& probes, pid_t pid) : probes_(probes) { a.pid = pid; }
+  ~AttachmentDraft() {
+    if (committed_) return;
+    for (const sw_grpc_message_key& k : a.message_keys) {
+      bpf_map__delete_elem(probes_.skel_->maps.grpc_messages, &k, sizeof(k), 0);
+    }
+    for (uint32_t s : a.slots) probes_.slot_used_[s] = false;
+  }
+  AttachmentDraft(const AttachmentDraft&) = delete;
+  AttachmentDraft& operator=(const AttachmentDraft&) = delete;
+  Attachment a;
+
+ private:
+  friend class GoHttpProbes;
+  GoHttpProbes& probes_;
+  bool committed_ = false;
+};
+
 Result<std::unique_ptr<GoHttpProbes>> GoHttpProbes::Load(size_t ring_buffer_bytes,
                                                          EventHandler on_event) {
   std::unique_ptr<GoHttpProbes> p(new GoHttpProbes());
   p->on_event_ = std::move(on_event);
   p->ncpus_ = libbpf_num_possible_cpus();
-  if (p->ncpus_ <= 0) return Error{"cannot count possible CPUs"};
+  if (p->ncpus_ <= 0) return Error{"cannot count possible CPUs", ErrorCode::kSystem};
   p->slot_used_.assign(kMaxSlots, false);
 
-  p->skel_ = gohttp_bpf__open();
-  if (!p->skel_) return Error{std::string("opening BPF object: ") + std::strerror(errno)};
+  p->skel_.reset(gohttp_bpf__open());
+  if (!p->skel_) return Error{std::string("opening BPF object: ") + std::strerror(errno), ErrorCode::kSystem};
   // Linux 6.6+: one uprobe_multi link per program and target. Removing a uprobe attached through
   // perf_event_open waits for an RCU grace period under a kernel-wide mutex, one uprobe after the
   // other (~0.1 s each here: 2.4 s for two targets' 19 uprobes); a uprobe_multi link removes all
@@ -76,15 +99,15 @@ Result<std::unique_ptr<GoHttpProbes>> GoHttpProbes::Load(size_t ring_buffer_byte
   }
   if (int err = bpf_map__set_max_entries(p->skel_->maps.events, ring_buffer_bytes); err) {
     return Error{"ring buffer size " + std::to_string(ring_buffer_bytes) +
-                 " rejected (must be a power of two multiple of the page size)"};
+                 " rejected (must be a power of two multiple of the page size)", ErrorCode::kInvalid};
   }
-  if (int err = gohttp_bpf__load(p->skel_); err) {
+  if (int err = gohttp_bpf__load(p->skel_.get()); err) {
     return Error{std::string("loading BPF programs (need root or CAP_BPF+CAP_PERFMON): ") +
-                 std::strerror(-err)};
+                 std::strerror(-err), ErrorCode::kSystem};
   }
-  p->ring_ = ring_buffer__new(bpf_map__fd(p->skel_->maps.events), &GoHttpProbes::OnRingBufferEvent,
-                              p.get(), nullptr);
-  if (!p->ring_) return Error{std::string("creating ring buffer: ") + std::strerror(errno)};
+  p->ring_.reset(ring_buffer__new(bpf_map__fd(p->skel_->maps.events),
+                                  &GoHttpProbes::OnRingBufferEvent, p.get(), nullptr));
+  if (!p->ring_) return Error{std::string("creating ring buffer: ") + std::strerror(errno), ErrorCode::kSystem};
   p->detach_thread_ = std::thread([raw = p.get()] { raw->ReapLinks(); });
   return p;
 }
@@ -98,11 +121,12 @@ GoHttpProbes::~GoHttpProbes() {
     detach_wake_.notify_one();
     detach_thread_.join();  // finishes what was queued
   }
-  std::vector<bpf_link*> links;
-  for (auto& [handle, a] : attachments_) links.insert(links.end(), a.links.begin(), a.links.end());
-  DestroyLinks(links);
-  if (ring_) ring_buffer__free(ring_);
-  if (skel_) gohttp_bpf__destroy(skel_);
+  std::vector<BpfLink> links;
+  for (auto& [handle, a] : attachments_) {
+    for (BpfLink& l : a.links) links.push_back(std::move(l));
+  }
+  DestroyLinks(std::move(links));
+  // Then the ring buffer and the programs, as the members go (declared in that order).
 }
 
 int GoHttpProbes::OnRingBufferEvent(void* ctx, void* data, size_t size) {
@@ -113,7 +137,7 @@ int GoHttpProbes::OnRingBufferEvent(void* ctx, void* data, size_t size) {
   } catch (const std::exception& e) {
     // Counted (stormwatch_capture_lost_total{cause="event_handler_failed"}), logged once.
     if (self->handler_failures_++ == 0) spdlog::error("event dropped: handler failed: {}", e.what());
-  } catch (...) {
+  } catch (...) {  // not a std::exception: counted the same
     if (self->handler_failures_++ == 0) spdlog::error("event dropped: handler failed");
   }
   return 0;
@@ -131,9 +155,9 @@ bool GoHttpProbes::AttachUprobe(Attachment& a, bpf_program* prog, pid_t pid,
     return true;
   }
   LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie, .retprobe = false);
-  bpf_link* link = bpf_program__attach_uprobe_opts(prog, pid, binary_path.c_str(), site.offset, &opts);
+  BpfLink link(bpf_program__attach_uprobe_opts(prog, pid, binary_path.c_str(), site.offset, &opts));
   if (!link) return false;
-  a.links.push_back(link);
+  a.links.push_back(std::move(link));
   return true;
 }
 
@@ -142,9 +166,9 @@ bool GoHttpProbes::AttachGathered(Attachment& a, pid_t pid, const std::string& b
     auto& [offsets, cookies] = s;
     LIBBPF_OPTS(bpf_uprobe_multi_opts, opts, .offsets = offsets.data(), .cookies = cookies.data(),
                 .cnt = offsets.size());
-    bpf_link* link = bpf_program__attach_uprobe_multi(prog, pid, binary_path.c_str(), nullptr, &opts);
+    BpfLink link(bpf_program__attach_uprobe_multi(prog, pid, binary_path.c_str(), nullptr, &opts));
     if (!link) return false;
-    a.links.push_back(link);
+    a.links.push_back(std::move(link));
   }
   a.sites.clear();
   return true;
@@ -153,35 +177,24 @@ bool GoHttpProbes::AttachGathered(Attachment& a, pid_t pid, const std::string& b
 Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
                                       const std::vector<GoHttp2ProbeSites>& stacks,
                                       const std::optional<Http1ProbeSites>& http1) {
-  if (stacks.empty()) return Error{"no HTTP/2 stack to attach to in " + binary_path};
+  if (stacks.empty()) return Error{"no HTTP/2 stack to attach to in " + binary_path, ErrorCode::kNotFound};
   ReleaseDetachedSlots();
-  Attachment a;
-  a.pid = pid;
-  auto undo = [&]() {
-    for (bpf_link* l : a.links) bpf_link__destroy(l);
-    for (uint32_t s : a.slots) slot_used_[s] = false;
+  AttachmentDraft draft(*this, pid);
+  Attachment& a = draft.a;
+  auto failed = [&](const char* what) {
+    return Error{std::string(what) + " " + binary_path + " (pid " + std::to_string(pid) +
+                 "): " + std::strerror(errno), ErrorCode::kSystem};
   };
   for (const GoHttp2ProbeSites& sites : stacks) {
-    uint32_t slot = 0;
-    while (slot < kMaxSlots && slot_used_[slot]) ++slot;
-    if (slot == kMaxSlots) {
-      undo();
-      return Error{"all " + std::to_string(kMaxSlots) + " probe slots in use"};
-    }
-    if (bpf_map__update_elem(skel_->maps.go_offsets, &slot, sizeof(slot), &sites.offsets,
+    auto slot = TakeSlot(a);
+    if (!slot) return slot.error();
+    if (bpf_map__update_elem(skel_->maps.go_offsets, &*slot, sizeof(*slot), &sites.offsets,
                              sizeof(sites.offsets), BPF_ANY)) {
-      int err = errno;
-      undo();
-      return Error{std::string("writing offsets: ") + std::strerror(err)};
+      return failed("writing HTTP/2 offsets for");
     }
-    slot_used_[slot] = true;
-    a.slots.push_back(slot);
-    if (!AttachUprobe(a, skel_->progs.h2_process_headers, pid, binary_path, sites.process_headers, slot) ||
-        !AttachUprobe(a, skel_->progs.h2_handler_done, pid, binary_path, sites.handler_done, slot)) {
-      int err = errno;
-      undo();
-      return Error{"attaching uprobes to " + binary_path + " (pid " + std::to_string(pid) +
-                   "): " + std::strerror(err)};
+    if (!AttachUprobe(a, skel_->progs.h2_process_headers, pid, binary_path, sites.process_headers, *slot) ||
+        !AttachUprobe(a, skel_->progs.h2_handler_done, pid, binary_path, sites.handler_done, *slot)) {
+      return failed("attaching uprobes to");
     }
   }
   if (http1) {
@@ -192,28 +205,23 @@ Result<uint32_t> GoHttpProbes::Attach(pid_t pid, const std::string& binary_path,
     for (uint64_t ret : http1->read_return_offsets) {
       ok = ok && AttachUprobe(a, skel_->progs.http1_read_return, pid, binary_path, {ret, 0}, slot);
     }
-    if (!ok) {
-      int err = errno;
-      undo();
-      return Error{"attaching HTTP/1.1 uprobes to " + binary_path + " (pid " +
-                   std::to_string(pid) + "): " + std::strerror(err)};
-    }
+    if (!ok) return failed("attaching HTTP/1.1 uprobes to");
   }
-  if (!AttachGathered(a, pid, binary_path)) {
-    int err = errno;
-    undo();
-    return Error{"attaching uprobes to " + binary_path + " (pid " + std::to_string(pid) +
-                 "): " + std::strerror(err)};
-  }
-  uint32_t handle = a.slots.front();
-  attachments_[handle] = std::move(a);
+  if (!AttachGathered(a, pid, binary_path)) return failed("attaching uprobes to");
+  return Commit(draft);
+}
+
+Result<uint32_t> GoHttpProbes::Commit(AttachmentDraft& draft) {
+  uint32_t handle = draft.a.slots.front();
+  attachments_[handle] = std::move(draft.a);
+  draft.committed_ = true;
   return handle;
 }
 
 Result<uint32_t> GoHttpProbes::TakeSlot(Attachment& a) {
   uint32_t slot = 0;
   while (slot < kMaxSlots && slot_used_[slot]) ++slot;
-  if (slot == kMaxSlots) return Error{"all " + std::to_string(kMaxSlots) + " probe slots in use"};
+  if (slot == kMaxSlots) return Error{"all " + std::to_string(kMaxSlots) + " probe slots in use", ErrorCode::kLimit};
   slot_used_[slot] = true;
   a.slots.push_back(slot);
   return slot;
@@ -222,61 +230,47 @@ Result<uint32_t> GoHttpProbes::TakeSlot(Attachment& a) {
 Result<uint32_t> GoHttpProbes::AttachGrpc(pid_t pid, const std::string& binary_path,
                                           const GrpcProbeSites& sites) {
   ReleaseDetachedSlots();
-  Attachment a;
-  a.pid = pid;
-  auto fail = [&](std::string why) -> Result<uint32_t> {
-    for (bpf_link* l : a.links) bpf_link__destroy(l);
-    for (const sw_grpc_message_key& k : a.message_keys) {
-      bpf_map__delete_elem(skel_->maps.grpc_messages, &k, sizeof(k), 0);
-    }
-    for (uint32_t s : a.slots) slot_used_[s] = false;
-    return Error{std::move(why)};
-  };
+  AttachmentDraft draft(*this, pid);
+  Attachment& a = draft.a;
   auto slot = TakeSlot(a);
-  if (!slot) return fail(slot.error());
+  if (!slot) return slot.error();
   if (bpf_map__update_elem(skel_->maps.grpc_offsets, &*slot, sizeof(*slot), &sites.offsets,
                            sizeof(sites.offsets), BPF_ANY)) {
-    return fail(std::string("writing gRPC offsets: ") + std::strerror(errno));
+    return Error{std::string("writing gRPC offsets: ") + std::strerror(errno), ErrorCode::kSystem};
   }
   for (const auto& [type, shape] : sites.messages) {
     sw_grpc_message_key k{.slot = *slot, .pad = 0, .type = type};
     if (bpf_map__update_elem(skel_->maps.grpc_messages, &k, sizeof(k), &shape, sizeof(shape), BPF_ANY)) {
-      return fail(std::string("writing gRPC message types: ") + std::strerror(errno));
+      return Error{std::string("writing gRPC message types: ") + std::strerror(errno), ErrorCode::kSystem};
     }
     a.message_keys.push_back(k);
   }
-  bool ok = true;
-  for (const EntryProbeSite& entry : sites.unary_entries) {
-    ok = ok && AttachUprobe(a, skel_->progs.grpc_unary_enter, pid, binary_path, entry, *slot);
+  auto attach_all = [&](bpf_program* prog, const std::vector<EntryProbeSite>& entries) {
+    for (const EntryProbeSite& entry : entries) {
+      if (!AttachUprobe(a, prog, pid, binary_path, entry, *slot)) return false;
+    }
+    return true;
+  };
+  auto attach_returns = [&](bpf_program* prog, const std::vector<uint64_t>& returns) {
+    for (uint64_t ret : returns) {
+      if (!AttachUprobe(a, prog, pid, binary_path, {ret, 0}, *slot)) return false;
+    }
+    return true;
+  };
+  bool ok = attach_all(skel_->progs.grpc_unary_enter, sites.unary_entries) &&
+            attach_all(skel_->progs.grpc_stream_enter, sites.stream_entries) &&
+            attach_returns(skel_->progs.grpc_unary_return, sites.unary_returns) &&
+            attach_returns(skel_->progs.grpc_stream_return, sites.stream_returns) &&
+            attach_all(skel_->progs.etcd_watch_create, sites.watch_creates) &&
+            attach_all(skel_->progs.etcd_watch_cancel, sites.watch_cancels) &&
+            attach_all(skel_->progs.etcd_lease_renew, sites.lease_renews) &&
+            attach_returns(skel_->progs.etcd_watch_stream_return, sites.watch_stream_returns) &&
+            AttachGathered(a, pid, binary_path);
+  if (!ok) {
+    return Error{"attaching gRPC uprobes to " + binary_path + " (pid " + std::to_string(pid) +
+                 "): " + std::strerror(errno), ErrorCode::kSystem};
   }
-  for (const EntryProbeSite& entry : sites.stream_entries) {
-    ok = ok && AttachUprobe(a, skel_->progs.grpc_stream_enter, pid, binary_path, entry, *slot);
-  }
-  for (uint64_t ret : sites.unary_returns) {
-    ok = ok && AttachUprobe(a, skel_->progs.grpc_unary_return, pid, binary_path, {ret, 0}, *slot);
-  }
-  for (uint64_t ret : sites.stream_returns) {
-    ok = ok && AttachUprobe(a, skel_->progs.grpc_stream_return, pid, binary_path, {ret, 0}, *slot);
-  }
-  for (const EntryProbeSite& entry : sites.watch_creates) {
-    ok = ok && AttachUprobe(a, skel_->progs.etcd_watch_create, pid, binary_path, entry, *slot);
-  }
-  for (const EntryProbeSite& entry : sites.watch_cancels) {
-    ok = ok && AttachUprobe(a, skel_->progs.etcd_watch_cancel, pid, binary_path, entry, *slot);
-  }
-  for (const EntryProbeSite& entry : sites.lease_renews) {
-    ok = ok && AttachUprobe(a, skel_->progs.etcd_lease_renew, pid, binary_path, entry, *slot);
-  }
-  for (uint64_t ret : sites.watch_stream_returns) {
-    ok = ok && AttachUprobe(a, skel_->progs.etcd_watch_stream_return, pid, binary_path, {ret, 0}, *slot);
-  }
-  if (!ok || !AttachGathered(a, pid, binary_path)) {
-    int err = errno;
-    return fail("attaching gRPC uprobes to " + binary_path + " (pid " + std::to_string(pid) +
-                "): " + std::strerror(err));
-  }
-  attachments_[*slot] = std::move(a);
-  return *slot;
+  return Commit(draft);
 }
 
 void GoHttpProbes::Detach(uint32_t handle) {
@@ -305,9 +299,13 @@ void GoHttpProbes::ReapLinks() {
     std::deque<Attachment> batch = std::exchange(to_detach_, {});
     bool stopping = stopping_;  // the maps go with the agent
     lock.unlock();
-    std::vector<bpf_link*> links;
-    for (const Attachment& a : batch) links.insert(links.end(), a.links.begin(), a.links.end());
-    DestroyLinks(links);
+    std::vector<BpfLink> links;
+    size_t link_count = 0;
+    for (Attachment& a : batch) {
+      link_count += a.links.size();
+      for (BpfLink& l : a.links) links.push_back(std::move(l));
+    }
+    DestroyLinks(std::move(links));
     // Their probes are gone: what the BPF programs kept per call or connection of those
     // processes (LRU maps: bounded anyway) would wait for eviction; it goes now.
     if (!stopping) {
@@ -318,8 +316,8 @@ void GoHttpProbes::ReapLinks() {
       }
     }
     lock.lock();
+    detaching_links_ -= link_count;
     for (const Attachment& a : batch) {
-      detaching_links_ -= a.links.size();
       detached_slots_.insert(detached_slots_.end(), a.slots.begin(), a.slots.end());
     }
   }
@@ -361,9 +359,9 @@ size_t GoHttpProbes::attached_links() const {
   return n;
 }
 
-int GoHttpProbes::Poll(int timeout_ms) { return ring_buffer__poll(ring_, timeout_ms); }
+int GoHttpProbes::Poll(int timeout_ms) { return ring_buffer__poll(ring_.get(), timeout_ms); }
 
-int GoHttpProbes::Consume() { return ring_buffer__consume(ring_); }
+int GoHttpProbes::Consume() { return ring_buffer__consume(ring_.get()); }
 
 uint64_t GoHttpProbes::SumPerCpu(int map_fd, uint32_t key) const {
   std::vector<uint64_t> values(ncpus_);

@@ -19,13 +19,12 @@
 #include <vector>
 
 #include "agent/capture/go_binary.h"
+#include "agent/capture/libbpf_handles.h"
 #include "agent/core/result.h"
 #include "bpf/events.h"
 
 struct gohttp_bpf;
-struct bpf_link;
 struct bpf_program;
-struct ring_buffer;
 
 namespace stormwatch {
 
@@ -121,20 +120,25 @@ class GoHttpProbes {
   static int OnRingBufferEvent(void* ctx, void* data, size_t size);
   uint64_t SumPerCpu(int map_fd, uint32_t key) const;
   struct Attachment;
+  class AttachmentDraft;
   bool AttachUprobe(Attachment& a, bpf_program* prog, pid_t pid, const std::string& binary_path,
                     EntryProbeSite site, uint32_t slot);
   void ReapLinks();          // the detach thread's loop
   void ReleaseDetachedSlots();
 
-  gohttp_bpf* skel_ = nullptr;
-  ring_buffer* ring_ = nullptr;
+  struct SkeletonDeleter {
+    void operator()(gohttp_bpf* skel) const;
+  };
+  // Declared before the attachments: members go in reverse order, links before programs.
+  std::unique_ptr<gohttp_bpf, SkeletonDeleter> skel_;
+  RingBuffer ring_;
   EventHandler on_event_;
   uint64_t handler_failures_ = 0;  // only the draining thread touches it
   int ncpus_ = 1;
   struct Attachment {
     pid_t pid = 0;
     std::vector<uint32_t> slots;  // one offsets slot per stack
-    std::vector<bpf_link*> links;
+    std::vector<BpfLink> links;
     std::vector<sw_grpc_message_key> message_keys;  // etcd: its entries in grpc_messages
     // Sites gathered per program, attached together as one uprobe_multi link each.
     std::map<bpf_program*, std::pair<std::vector<unsigned long>, std::vector<__u64>>> sites;
@@ -143,6 +147,7 @@ class GoHttpProbes {
   size_t ForgetInFlight(pid_t pid);  // the detach thread: a gone target's entries in BPF maps
   bool uprobe_multi_ = false;  // Linux 6.6+: uprobe_multi links, else one perf event per uprobe
   Result<uint32_t> TakeSlot(Attachment& a);
+  Result<uint32_t> Commit(AttachmentDraft& draft);
   std::map<uint32_t, Attachment> attachments_;  // handle (first slot) -> attachment
   std::vector<bool> slot_used_;
 

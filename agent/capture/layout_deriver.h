@@ -28,7 +28,7 @@ class Deriver {
                                      std::initializer_list<GoKind> kinds, uint64_t size = 0) {
     if (!gap_.message.empty()) return std::nullopt;
     auto f = types_.Field(type, path);
-    if (!f) return Fail(type, path, f.error());
+    if (!f) return Fail(type, path, f.error().message);
     bool kind_ok = kinds.size() == 0;
     for (GoKind k : kinds) kind_ok |= f->type.kind == k;
     if (!kind_ok || (size && f->type.size != size)) {

@@ -163,7 +163,7 @@ TargetStatus TargetManager::Attach(const TargetProcess& process, const GoHttp2Pr
   if (!plan.sites.empty()) s.layout = plan.sites.front().offsets;
   auto slot = probes_->Attach(process.pid, process.exe_path, plan.sites, plan.http1);
   if (!slot) {
-    s.problem = slot.error();
+    s.problem = slot.error().message;
     s.failure = AttachFailure::kAttachFailed;
     return s;
   }
@@ -216,7 +216,7 @@ TargetStatus TargetManager::AttachGrpc(const TargetProcess& process, const GoHtt
   }
   auto slot = probes_->AttachGrpc(process.pid, process.exe_path, sites);
   if (!slot) {
-    s.problem = slot.error();
+    s.problem = slot.error().message;
     s.failure = AttachFailure::kAttachFailed;
     return s;
   }
@@ -256,16 +256,17 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const std::string& exe_path, const std::atomi
   if (!binary) {
     GoHttp2ProbePlan plan;
     plan.failure = AttachFailure::kUnreadableBinary;
-    plan.problem = "not a readable Go binary: " + binary.error();
+    plan.problem = "not a readable Go binary: " + binary.error().message;
     return plan;
   }
   return PlanGoHttp2Probes(*binary, cancelled);
 }
 
-std::string CheckFunctionShape(const GoFunction& fn, int32_t args, const char* signature) {
-  if (fn.args == args) return "";
-  return fn.name + " takes " + std::to_string(fn.args) + " bytes of arguments, not the " +
-         std::to_string(args) + " of " + signature + " the probe reads";
+Result<bool> CheckFunctionShape(const GoFunction& fn, int32_t args, const char* signature) {
+  if (fn.args == args) return true;
+  return Error{fn.name + " takes " + std::to_string(fn.args) + " bytes of arguments, not the " +
+                   std::to_string(args) + " of " + signature + " the probe reads",
+               ErrorCode::kUnsupported};
 }
 
 namespace {
@@ -279,30 +280,27 @@ constexpr int32_t kConnCloseArgs = 8;           // (c *conn) close()
 
 // net/http's HTTP/1.1 server (kube-apiserver serves HTTP/1.1 clients such as the Python client
 // with it). Absent or unplaceable: HTTP/2 is still captured, with a caveat.
-std::optional<Http1ProbeSites> PlanHttp1Probes(const GoBinary& binary, std::string* caveats) {
+Result<Http1ProbeSites> PlanHttp1Probes(const GoBinary& binary) {
   auto read_fn = binary.FindFunction("net/http.(*connReader).Read");
   auto write_fn = binary.FindFunction("net/http.checkConnErrorWriter.Write");
   auto close_fn = binary.FindFunction("net/http.(*conn).close");
-  auto note = [&](const std::string& why) {
-    *caveats += (caveats->empty() ? "" : "; ") + std::string("HTTP/1.1 not captured: ") + why;
-    return std::nullopt;
-  };
-  if (!read_fn || !write_fn || !close_fn) return note("net/http's HTTP/1.1 server not found");
+  if (!read_fn || !write_fn || !close_fn) {
+    return Error{"net/http's HTTP/1.1 server not found", ErrorCode::kNotFound};
+  }
   for (auto [fn, args, sig] : {std::tuple{&*read_fn, kConnReadArgs, "Read(p []byte)"},
                                std::tuple{&*write_fn, kConnWriteArgs, "Write(p []byte)"},
                                std::tuple{&*close_fn, kConnCloseArgs, "close()"}}) {
-    if (std::string why = CheckFunctionShape(*fn, args, sig); !why.empty()) return note(why);
+    if (auto shape = CheckFunctionShape(*fn, args, sig); !shape) return shape.error();
   }
   auto read_entry = binary.EntryProbeSiteOf(*read_fn);
   auto read_returns = binary.ReturnInstructionOffsets(*read_fn);
   auto write_entry = binary.EntryProbeSiteOf(*write_fn);
   auto close_entry = binary.EntryProbeSiteOf(*close_fn);
-  if (!read_entry) return note(read_entry.error());
-  if (!read_returns || read_returns->empty()) {
-    return note(read_returns ? "no RET in (*connReader).Read" : read_returns.error());
-  }
-  if (!write_entry) return note(write_entry.error());
-  if (!close_entry) return note(close_entry.error());
+  if (!read_entry) return read_entry.error();
+  if (!read_returns) return read_returns.error();
+  if (read_returns->empty()) return Error{"no RET in (*connReader).Read", ErrorCode::kNotFound};
+  if (!write_entry) return write_entry.error();
+  if (!close_entry) return close_entry.error();
   return Http1ProbeSites{*read_entry, *read_returns, *write_entry, *close_entry};
 }
 }  // namespace
@@ -350,7 +348,7 @@ void PlanStreamMessageProbes(const GoBinary& binary, GrpcProbeSites* sites, std:
   for (const GoFunction& fn : binary.functions()) {
     if (!fn.name.starts_with("go.etcd.io/etcd/") || !fn.name.ends_with(kNewWatchStream)) continue;
     auto rets = binary.ReturnInstructionOffsets(fn);
-    if (CheckFunctionShape(fn, kNewWatchStreamArgs, "NewWatchStream()").empty() && rets) {
+    if (CheckFunctionShape(fn, kNewWatchStreamArgs, "NewWatchStream()") && rets) {
       sites->watch_stream_returns.insert(sites->watch_stream_returns.end(), rets->begin(), rets->end());
     }
   }
@@ -361,11 +359,13 @@ void PlanStreamMessageProbes(const GoBinary& binary, GrpcProbeSites* sites, std:
     std::string problem = "not found";
     for (const GoFunction& fn : binary.functions()) {
       if (!fn.name.starts_with("go.etcd.io/etcd/") || !fn.name.ends_with(w.suffix)) continue;
-      problem = CheckFunctionShape(fn, w.args, w.signature);
-      if (!problem.empty()) break;
+      if (auto shape = CheckFunctionShape(fn, w.args, w.signature); !shape) {
+        problem = shape.error().message;
+        break;
+      }
       auto entry = binary.EntryProbeSiteOf(fn);
       if (!entry) {
-        problem = entry.error();
+        problem = entry.error().message;
         break;
       }
       w.entries->push_back(*entry);
@@ -377,53 +377,44 @@ void PlanStreamMessageProbes(const GoBinary& binary, GrpcProbeSites* sites, std:
   }
 }
 
-// etcd's gRPC calls at go-grpc-prometheus's interceptors. nullopt (with `why`) when the
-// closures or the fields are not there: etcd is then captured at its HTTP/2 server, per method.
-std::optional<GoHttp2ProbePlan::Grpc> PlanGrpcProbes(const GoBinary& binary, const GoTypes& types,
-                                                     std::string* why) {
+// etcd's gRPC calls at go-grpc-prometheus's interceptors. An error when the closures or the
+// fields are not there: etcd is then captured at its HTTP/2 server, per method.
+Result<GoHttp2ProbePlan::Grpc> PlanGrpcProbes(const GoBinary& binary, const GoTypes& types) {
   std::vector<const GoFunction*> unary, stream;
   for (const GoFunction& fn : binary.functions()) {
     if (IsGrpcServerInterceptorClosure(fn.name, "Unary")) unary.push_back(&fn);
     if (IsGrpcServerInterceptorClosure(fn.name, "Stream")) stream.push_back(&fn);
   }
   if (unary.empty() || stream.empty()) {
-    *why = "go-grpc-prometheus's server interceptors not found";
-    return std::nullopt;
+    return Error{"go-grpc-prometheus's server interceptors not found", ErrorCode::kNotFound};
   }
   for (const auto* list : {&unary, &stream}) {
     for (const GoFunction* fn : *list) {
-      if (std::string shape = CheckFunctionShape(*fn, kGrpcInterceptorArgs, "an interceptor (ctx, req, info, handler)");
-          !shape.empty()) {
-        *why = shape;
-        return std::nullopt;
+      if (auto shape = CheckFunctionShape(*fn, kGrpcInterceptorArgs, "an interceptor (ctx, req, info, handler)");
+          !shape) {
+        return shape.error();
       }
     }
   }
   LayoutGap gap;
   auto layout = DeriveEtcdLayout(types, &gap);
-  if (!layout) {
-    *why = layout.error();
-    return std::nullopt;
-  }
+  if (!layout) return layout.error();
   GoHttp2ProbePlan::Grpc g;
   auto place = [&](const std::vector<const GoFunction*>& fns, std::vector<EntryProbeSite>& entries,
-                   std::vector<uint64_t>& returns) {
+                   std::vector<uint64_t>& returns) -> Result<bool> {
     for (const GoFunction* fn : fns) {
       auto entry = binary.EntryProbeSiteOf(*fn);
       auto rets = binary.ReturnInstructionOffsets(*fn);
       if (!entry || !rets || rets->empty()) {
-        *why = "cannot place the interceptor probes in " + fn->name;
-        return false;
+        return Error{"cannot place the interceptor probes in " + fn->name, ErrorCode::kNotFound};
       }
       entries.push_back(*entry);
       returns.insert(returns.end(), rets->begin(), rets->end());
     }
     return true;
   };
-  if (!place(unary, g.sites.unary_entries, g.sites.unary_returns) ||
-      !place(stream, g.sites.stream_entries, g.sites.stream_returns)) {
-    return std::nullopt;
-  }
+  if (auto placed = place(unary, g.sites.unary_entries, g.sites.unary_returns); !placed) return placed.error();
+  if (auto placed = place(stream, g.sites.stream_entries, g.sites.stream_returns); !placed) return placed.error();
   g.sites.offsets = layout->offsets;
   g.layout = std::move(*layout);
   PlanStreamMessageProbes(binary, &g.sites, &g.layout.caveats);
@@ -468,9 +459,13 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary, const std::atomic<boo
     if (stop()) return fail(AttachFailure::kAttachFailed, kCancelled);
     if (types) {
       plan.type_count = (*types)->type_count();
-      plan.grpc = PlanGrpcProbes(binary, **types, &grpc_caveat);
+      if (auto grpc = PlanGrpcProbes(binary, **types)) {
+        plan.grpc = std::move(*grpc);
+      } else {
+        grpc_caveat = grpc.error().message;
+      }
     } else {
-      grpc_caveat = "Go type data unreadable: " + types.error();
+      grpc_caveat = "Go type data unreadable: " + types.error().message;
     }
     if (plan.grpc) {
       for (const std::string& c : plan.grpc->layout.caveats) {
@@ -498,9 +493,9 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary, const std::atomic<boo
                   stack.name + " HTTP/2 server is incomplete in the binary (" +
                       (headers_fn ? stack.handler_done : stack.process_headers) + " not found)");
     }
-    std::string shape = CheckFunctionShape(*headers_fn, kProcessHeadersArgs, "processHeaders(f *MetaHeadersFrame)");
-    if (shape.empty()) shape = CheckFunctionShape(*done_fn, kHandlerDoneArgs, "handlerDone()");
-    if (!shape.empty()) return fail(AttachFailure::kFunctionShape, stack.name + " HTTP/2 stack: " + shape);
+    auto shape = CheckFunctionShape(*headers_fn, kProcessHeadersArgs, "processHeaders(f *MetaHeadersFrame)");
+    if (shape) shape = CheckFunctionShape(*done_fn, kHandlerDoneArgs, "handlerDone()");
+    if (!shape) return fail(AttachFailure::kFunctionShape, stack.name + " HTTP/2 stack: " + shape.error().message);
     found.push_back({&stack, *headers_fn, *done_fn});
   }
   if (found.empty()) {
@@ -508,7 +503,7 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary, const std::atomic<boo
   }
   if (stop()) return fail(AttachFailure::kAttachFailed, kCancelled);
   auto types = binary.types();
-  if (!types) return fail(AttachFailure::kNoTypeData, "Go type data unreadable: " + types.error());
+  if (!types) return fail(AttachFailure::kNoTypeData, "Go type data unreadable: " + types.error().message);
   plan.type_count = (*types)->type_count();
 
   std::vector<std::string> caveats;
@@ -516,13 +511,13 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary, const std::atomic<boo
   for (const Found& f : found) {
     if (stop()) return fail(AttachFailure::kAttachFailed, kCancelled);
     auto layout = DeriveGoLayout(**types, *f.stack, &plan.gap);
-    if (!layout) return fail(AttachFailure::kMissingField, layout.error());
+    if (!layout) return fail(AttachFailure::kMissingField, layout.error().message);
     auto headers_site = binary.EntryProbeSiteOf(f.headers);
     auto done_site = binary.EntryProbeSiteOf(f.done);
     if (!headers_site || !done_site) {
       return fail(AttachFailure::kAttachFailed,
                   "cannot place " + f.stack->name + " entry probes: " +
-                      (headers_site ? done_site.error() : headers_site.error()));
+                      (headers_site ? done_site.error().message : headers_site.error().message));
     }
     // Object facts come from kube-apiserver's write responses; etcd's are protobuf values
     // (Secrets among them) that the agent has no use for.
@@ -536,7 +531,13 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary, const std::atomic<boo
   if (!grpc_caveat.empty()) caveats.push_back(grpc_caveat);
   for (const std::string& c : caveats) plan.problem += (plan.problem.empty() ? "" : "; ") + c;
   if (stop()) return fail(AttachFailure::kAttachFailed, kCancelled);
-  if (http1_fields) plan.http1 = PlanHttp1Probes(binary, &plan.problem);
+  if (http1_fields) {
+    if (auto http1 = PlanHttp1Probes(binary)) {
+      plan.http1 = std::move(*http1);
+    } else {
+      plan.problem += (plan.problem.empty() ? "" : "; ") + ("HTTP/1.1 not captured: " + http1.error().message);
+    }
+  }
   return plan;
 }
 

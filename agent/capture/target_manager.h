@@ -95,8 +95,8 @@ GoHttp2ProbePlan PlanGoHttp2Probes(const GoBinary& binary,
 // The probes read a function's arguments from registers (Go's register ABI, amd64: receiver in
 // RAX, then RBX, RCX, ...) and its results at RET (RAX). That holds only while the function keeps
 // its signature: its _func.args (bytes of the receiver's and arguments' spill area) must be
-// `args`. "" if it does, else why not.
-std::string CheckFunctionShape(const GoFunction& fn, int32_t args, const char* signature);
+// `args`. An error (kUnsupported) says why not.
+Result<bool> CheckFunctionShape(const GoFunction& fn, int32_t args, const char* signature);
 GoHttp2ProbePlan PlanGoHttp2Probes(const std::string& exe_path,
                                    const std::atomic<bool>* cancelled = nullptr);
 

@@ -1,15 +1,29 @@
-// Result<T>: a value or an error message. Recoverable errors are values (see DESIGN.md
-// conventions); exceptions are kept for fatal start-up errors only.
+// Result<T>: a value or an Error. The one error convention of the agent (see DESIGN.md
+// conventions): recoverable errors are values with a code, for callers that branch or count,
+// and a message, for people. Exceptions are kept for fatal start-up errors only.
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
 namespace stormwatch {
 
+enum class ErrorCode {
+  kInvalid,      // malformed or hostile input: a request, a file, a target's memory, a setting
+  kUnsupported,  // well formed but not what the agent knows (a Go version, a binary layout)
+  kNotFound,     // a file, symbol, field or process that is not there
+  kLimit,        // refused by a bound (sizes, counts, slots) instead of growing without one
+  kSystem,       // the kernel or libc said no (errno in the message)
+  kUnavailable,  // a peer (API server, Alertmanager, agent) did not answer usefully
+};
+
+std::string_view ErrorCodeName(ErrorCode code);
+
 struct Error {
   std::string message;
+  ErrorCode code = ErrorCode::kInvalid;
 };
 
 template <typename T>
@@ -25,10 +39,27 @@ class Result {
   const T& operator*() const { return value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
-  const std::string& error() const { return std::get<Error>(v_).message; }
+  const Error& error() const { return std::get<Error>(v_); }
 
  private:
   std::variant<T, Error> v_;
 };
+
+// The same error with context in front ("reading /proc/1/exe: " + message), code kept.
+inline Error Context(std::string_view context, const Error& e) {
+  return Error{std::string(context) + e.message, e.code};
+}
+
+inline std::string_view ErrorCodeName(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalid: return "invalid";
+    case ErrorCode::kUnsupported: return "unsupported";
+    case ErrorCode::kNotFound: return "not_found";
+    case ErrorCode::kLimit: return "limit";
+    case ErrorCode::kSystem: return "system";
+    case ErrorCode::kUnavailable: return "unavailable";
+  }
+  return "invalid";
+}
 
 }  // namespace stormwatch

@@ -24,7 +24,7 @@ int64_t MonotonicNs() {
 
 Result<std::string> ReadToken(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return Error{"cannot read token file " + path};
+  if (!in) return Error{"cannot read token file " + path, ErrorCode::kNotFound};
   std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) {
     token.pop_back();
@@ -54,7 +54,7 @@ Result<ApfSourceOptions> ResolveApfSource(ApfSourceOptions options,
     const char* host = getenv_fn("KUBERNETES_SERVICE_HOST");
     const char* port = getenv_fn("KUBERNETES_SERVICE_PORT");
     if (host == nullptr || *host == '\0' || port == nullptr || *port == '\0') {
-      return Error{"not in a cluster (KUBERNETES_SERVICE_HOST/PORT unset) and no --apiserver-url"};
+      return Error{"not in a cluster (KUBERNETES_SERVICE_HOST/PORT unset) and no --apiserver-url", ErrorCode::kNotFound};
     }
     std::string h = host;
     if (h.find(':') != std::string::npos) h = "[" + h + "]";  // an IPv6 service address
@@ -145,11 +145,11 @@ bool ApfFetcher::FetchOnce() {
     return false;
   };
   Result<std::string> token = ReadToken(source_.token_file);
-  if (!token) return fail(token.error());
+  if (!token) return fail(token.error().message);
   Result<ApfUidNames> levels = List("prioritylevelconfigurations", "PriorityLevelConfigurationList", *token);
-  if (!levels) return fail(levels.error());
+  if (!levels) return fail(levels.error().message);
   Result<ApfUidNames> schemas = List("flowschemas", "FlowSchemaList", *token);
-  if (!schemas) return fail(schemas.error());
+  if (!schemas) return fail(schemas.error().message);
 
   size_t level_count = levels->size(), schema_count = schemas->size();
   names_->Update(std::move(*levels), std::move(*schemas));
@@ -175,18 +175,18 @@ Result<ApfUidNames> ApfFetcher::List(const char* resource, const char* list_kind
   for (const std::string& version : versions) {
     std::string path = "/apis/flowcontrol.apiserver.k8s.io/" + version + "/" + resource;
     HttpResponse response = Get(source_.apiserver_url + path + "?resourceVersion=0", token);
-    if (!response.error.empty()) return Error{"GET " + path + ": " + response.error};
+    if (!response.error.empty()) return Error{"GET " + path + ": " + response.error, ErrorCode::kUnavailable};
     if (response.status == 404) continue;  // this version is not served
     if (response.status != 200) {
       // 401/403: the credentials or the ClusterRole; the body (a Status) is not logged.
-      return Error{"GET " + path + ": HTTP " + std::to_string(response.status)};
+      return Error{"GET " + path + ": HTTP " + std::to_string(response.status), ErrorCode::kUnavailable};
     }
     Result<ApfUidNames> names = ParseApfList(response.body, list_kind);
-    if (!names) return Error{"GET " + path + ": " + names.error()};
+    if (!names) return Context("GET " + path + ": ", names.error());
     served_version_ = version;
     return names;
   }
-  return Error{std::string("no flowcontrol.apiserver.k8s.io version serves ") + resource + " (tried v1, v1beta3)"};
+  return Error{std::string("no flowcontrol.apiserver.k8s.io version serves ") + resource + " (tried v1, v1beta3)", ErrorCode::kUnsupported};
 }
 
 ApfFetcher::HttpResponse ApfFetcher::Get(const std::string& url, const std::string& token) const {

@@ -43,7 +43,7 @@ Result<TopOptions> ParseTopOptions(int argc, char** argv) {
     };
     auto seconds = [&](const char* name, double& out) -> std::optional<Error> {
       auto v = value(name);
-      if (!v) return Error{v.error()};
+      if (!v) return v.error();
       char* end = nullptr;
       out = std::strtod(v->c_str(), &end);
       if (!end || *end || !(out > 0)) return Error{std::string(name) + ": not a positive number: " + *v};
@@ -61,13 +61,13 @@ Result<TopOptions> ParseTopOptions(int argc, char** argv) {
       if (auto e = seconds("--timeout", o.timeout_s)) return *e;
     } else if (a == "--sort") {
       auto v = value("--sort");
-      if (!v) return Error{v.error()};
+      if (!v) return v.error();
       auto key = SortKeyFromName(*v);
       if (!key) return Error{"--sort: unknown column " + *v};
       o.sort = *key;
     } else if (a == "--filter") {
       auto v = value("--filter");
-      if (!v) return Error{v.error()};
+      if (!v) return v.error();
       o.filter = *v;
     } else if (a.starts_with("-")) {
       return Error{"unknown flag " + a};
@@ -94,7 +94,7 @@ size_t Append(char* data, size_t size, size_t n, void* out) {
 
 Result<std::string> Fetch(const std::string& url, double timeout_s) {
   CURL* curl = curl_easy_init();
-  if (!curl) return Error{"curl_easy_init failed"};
+  if (!curl) return Error{"curl_easy_init failed", ErrorCode::kSystem};
   std::string body;
   char error[CURL_ERROR_SIZE] = "";
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
@@ -109,10 +109,10 @@ Result<std::string> Fetch(const std::string& url, double timeout_s) {
   long status = 0;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
   curl_easy_cleanup(curl);
-  if (rc != CURLE_OK) return Error{error[0] ? error : curl_easy_strerror(rc)};
+  if (rc != CURLE_OK) return Error{error[0] ? error : curl_easy_strerror(rc), ErrorCode::kUnavailable};
   if (status != 200) {
     return Error{"HTTP " + std::to_string(status) +
-                 (status == 404 ? " (an agent without /debug/top?)" : "")};
+                 (status == 404 ? " (an agent without /debug/top?)" : ""), ErrorCode::kUnavailable};
   }
   return body;
 }

@@ -55,14 +55,14 @@ Rates& Rates::operator+=(const Rates& o) {
 void AgentTracker::Update(const Result<std::string>& body) {
   if (!body) {
     up_ = false;
-    error_ = body.error();
+    error_ = body.error().message;
     rates_.clear();
     return;
   }
   auto parsed = ParseAgentSnapshot(*body);
   if (!parsed) {
     up_ = false;
-    error_ = parsed.error();
+    error_ = parsed.error().message;
     rates_.clear();
     return;
   }

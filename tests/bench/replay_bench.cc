@@ -186,14 +186,14 @@ void BM_ReplayFile(benchmark::State& state) {
                                                       [](const StormTransition&) {});
     auto reader = CaptureReader::Open(path);
     if (!reader) {
-      state.SkipWithError(reader.error().c_str());
+      state.SkipWithError(reader.error().message.c_str());
       return;
     }
     state.ResumeTiming();
     auto stats = ReplayCapture(**reader, *pipeline, /*recorded_pace=*/false, /*drain_s=*/0);
     state.PauseTiming();
     if (!stats) {
-      state.SkipWithError(stats.error().c_str());
+      state.SkipWithError(stats.error().message.c_str());
       return;
     }
     processed += stats->requests + stats->etcd_calls;
@@ -220,7 +220,7 @@ void BM_Pipeline(benchmark::State& state) {
   {
     auto reader = CaptureReader::Open(path);
     if (!reader) {
-      state.SkipWithError(reader.error().c_str());
+      state.SkipWithError(reader.error().message.c_str());
       return;
     }
     // REPLAY_BENCH_RECORDS=N replays the first N records only: for runs under callgrind or

@@ -227,17 +227,17 @@ Result<AgentOptions> Parse(std::vector<std::string> args) {
 
 TEST(AgentOpsOptionsTest, DebugAddressAndLogFormat) {
   auto d = Parse({});
-  ASSERT_TRUE(d) << d.error();
+  ASSERT_TRUE(d) << d.error().message;
   EXPECT_EQ(d->debug_address, "127.0.0.1:9849");
   EXPECT_EQ(d->log_format, "text");
   EXPECT_EQ(d->assume_kernel_release, "");
   auto o = Parse({"--debug-address=", "--log-format", "json", "--assume-kernel-release", "5.10.0"});
-  ASSERT_TRUE(o) << o.error();
+  ASSERT_TRUE(o) << o.error().message;
   EXPECT_EQ(o->debug_address, "");
   EXPECT_EQ(o->log_format, "json");
   EXPECT_EQ(o->assume_kernel_release, "5.10.0");
-  EXPECT_EQ(Parse({"--log-format", "xml"}).error(), "--log-format: expected text or json");
-  EXPECT_EQ(Parse({"--debug-address", "nowhere"}).error(),
+  EXPECT_EQ(Parse({"--log-format", "xml"}).error().message, "--log-format: expected text or json");
+  EXPECT_EQ(Parse({"--debug-address", "nowhere"}).error().message,
             "--debug-address: expected host:port, got 'nowhere'");
   // The hidden flag stays out of --help.
   EXPECT_EQ(AgentUsage().find("assume-kernel"), std::string::npos);
@@ -247,13 +247,13 @@ TEST(AgentOpsOptionsTest, DebugAddressAndLogFormat) {
 
 TEST(AgentOpsOptionsTest, ConfigKeys) {
   auto o = ApplyConfigYaml("debug_address: \"0.0.0.0:9000\"\nlog_format: json\n", "cfg.yaml", {});
-  ASSERT_TRUE(o) << o.error();
+  ASSERT_TRUE(o) << o.error().message;
   EXPECT_EQ(o->debug_address, "0.0.0.0:9000");
   EXPECT_EQ(o->log_format, "json");
   auto off = ApplyConfigYaml("debug_address: \"\"\n", "cfg.yaml", {});
-  ASSERT_TRUE(off) << off.error();
+  ASSERT_TRUE(off) << off.error().message;
   EXPECT_EQ(off->debug_address, "");
-  EXPECT_EQ(ApplyConfigYaml("log_format: yaml\n", "cfg.yaml", {}).error(),
+  EXPECT_EQ(ApplyConfigYaml("log_format: yaml\n", "cfg.yaml", {}).error().message,
             "cfg.yaml: log_format: expected text or json (line 1)");
 }
 

@@ -119,7 +119,7 @@ constexpr const char* kForbidden = R"({"kind":"Status","apiVersion":"v1","metada
 
 TEST(ApfNamesParse, V1PriorityLevelsNameEveryLevelByUid) {
   Result<ApfUidNames> levels = ParseApfList(kV1PriorityLevels, "PriorityLevelConfigurationList");
-  ASSERT_TRUE(levels.ok()) << levels.error();
+  ASSERT_TRUE(levels.ok()) << levels.error().message;
   EXPECT_EQ(*levels, (ApfUidNames{
                          {"3b46dd0e-0a4f-4d5b-a3e1-4c2b8f6a7c01", "catch-all"},
                          {"8a2f5c61-9e1d-4b7a-b0c3-2d4e6f8a1b02", "exempt"},
@@ -134,7 +134,7 @@ TEST(ApfNamesParse, V1PriorityLevelsNameEveryLevelByUid) {
 
 TEST(ApfNamesParse, V1beta3FlowSchemasNameMandatoryAndSuggestedSchemas) {
   Result<ApfUidNames> schemas = ParseApfList(kV1beta3FlowSchemas, "FlowSchemaList");
-  ASSERT_TRUE(schemas.ok()) << schemas.error();
+  ASSERT_TRUE(schemas.ok()) << schemas.error().message;
   EXPECT_EQ(*schemas, (ApfUidNames{
                           {"f5000000-0000-4000-8000-000000000001", "exempt"},
                           {"f5000000-0000-4000-8000-000000000002", "probes"},
@@ -151,7 +151,7 @@ TEST(ApfNamesParse, RefusesWhatIsNotTheExpectedList) {
   EXPECT_FALSE(ParseApfList(kV1PriorityLevels, "FlowSchemaList").ok());
   Result<ApfUidNames> forbidden = ParseApfList(kForbidden, "FlowSchemaList");
   ASSERT_FALSE(forbidden.ok());
-  EXPECT_EQ(forbidden.error(), "not a FlowSchemaList");
+  EXPECT_EQ(forbidden.error().message, "not a FlowSchemaList");
   EXPECT_FALSE(ParseApfList("404 page not found\n", "FlowSchemaList").ok());
   EXPECT_FALSE(ParseApfList(R"({"kind":"FlowSchemaList","items":{}})", "FlowSchemaList").ok());
 }
@@ -166,7 +166,7 @@ TEST(ApfNamesParse, EmptyListsAndIncompleteItems) {
       {"metadata":{"name":7,"uid":"u-number"}}, "junk", {"spec":{}},
       {"metadata":{"name":"kept","uid":"u-kept"}}]})",
                                              "FlowSchemaList");
-  ASSERT_TRUE(partial.ok()) << partial.error();
+  ASSERT_TRUE(partial.ok()) << partial.error().message;
   EXPECT_EQ(*partial, (ApfUidNames{{"u-kept", "kept"}}));
 }
 
@@ -255,14 +255,14 @@ TEST(ResolveApfSource, InClusterFromTheServiceEnvironment) {
   std::map<std::string, std::string> env = {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
                                             {"KUBERNETES_SERVICE_PORT", "443"}};
   Result<ApfSourceOptions> source = ResolveApfSource({}, [&](const char* n) { return FakeEnv(n, env); });
-  ASSERT_TRUE(source.ok()) << source.error();
+  ASSERT_TRUE(source.ok()) << source.error().message;
   EXPECT_EQ(source->apiserver_url, "https://10.96.0.1:443");
   EXPECT_EQ(source->token_file, "/var/run/secrets/kubernetes.io/serviceaccount/token");
   EXPECT_EQ(source->ca_file, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt");
 
   env["KUBERNETES_SERVICE_HOST"] = "fd00:10:96::1";
   source = ResolveApfSource({}, [&](const char* n) { return FakeEnv(n, env); });
-  ASSERT_TRUE(source.ok()) << source.error();
+  ASSERT_TRUE(source.ok()) << source.error().message;
   EXPECT_EQ(source->apiserver_url, "https://[fd00:10:96::1]:443");
 }
 
@@ -273,7 +273,7 @@ TEST(ResolveApfSource, ExplicitUrlWinsAndMustBeHttps) {
   ApfSourceOptions options;
   options.apiserver_url = "https://127.0.0.1:6443/";
   Result<ApfSourceOptions> source = ResolveApfSource(options, getenv_fn);
-  ASSERT_TRUE(source.ok()) << source.error();
+  ASSERT_TRUE(source.ok()) << source.error().message;
   EXPECT_EQ(source->apiserver_url, "https://127.0.0.1:6443");
 
   options.apiserver_url = "http://127.0.0.1:8080";  // the token would travel in clear
@@ -284,7 +284,7 @@ TEST(ResolveApfSource, OutsideAClusterWithoutUrlIsAnError) {
   std::map<std::string, std::string> env = {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"}};
   Result<ApfSourceOptions> source = ResolveApfSource({}, [&](const char* n) { return FakeEnv(n, env); });
   ASSERT_FALSE(source.ok());
-  EXPECT_NE(source.error().find("KUBERNETES_SERVICE_HOST"), std::string::npos);
+  EXPECT_NE(source.error().message.find("KUBERNETES_SERVICE_HOST"), std::string::npos);
 }
 
 class ApfFetcherTest : public ::testing::Test {
@@ -356,7 +356,7 @@ TEST(ApfFetcherLive, DISABLED_NamesEveryUidTheServerReturns) {
   source.ca_file = spec["ca_file"].get<std::string>();
   source.unknown_uid_min_interval = std::chrono::seconds(0);  // the nudge is tested, not its limit
   Result<ApfSourceOptions> resolved = ResolveApfSource(source, [](const char*) { return nullptr; });
-  ASSERT_TRUE(resolved.ok()) << resolved.error();
+  ASSERT_TRUE(resolved.ok()) << resolved.error().message;
 
   ApfNames names;
   ApfFetcher fetcher(*resolved, &names);

@@ -83,7 +83,7 @@ TEST(CaptureFile, RoundTripsWithoutSecrets) {
   const std::string path = TempPath("roundtrip");
   {
     auto w = CaptureWriter::Open(path, {}, 12345);
-    ASSERT_TRUE(w.ok()) << w.error();
+    ASSERT_TRUE(w.ok()) << w.error().message;
     for (int i = 0; i < 3; ++i) (*w)->Write(Request(i));
     (*w)->Write(Etcd());
     EXPECT_EQ((*w)->stats().records, 4u);
@@ -95,7 +95,7 @@ TEST(CaptureFile, RoundTripsWithoutSecrets) {
   EXPECT_EQ(bytes.find("bootstrap-token"), std::string::npos);
 
   auto r = CaptureReader::Open(path);
-  ASSERT_TRUE(r.ok()) << r.error();
+  ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ((*r)->header().version, kCaptureVersion);
   EXPECT_EQ((*r)->header().realtime_offset_ns, 12345);
   for (int i = 0; i < 3; ++i) {
@@ -157,11 +157,11 @@ TEST(CaptureFile, RotationBoundsTheDiskUsed) {
     total += std::filesystem::file_size(p);
     // Each file stands alone: a header, then whole records.
     auto r = CaptureReader::Open(p);
-    ASSERT_TRUE(r.ok()) << r.error();
+    ASSERT_TRUE(r.ok()) << r.error().message;
     int n = 0;
     while (true) {
       auto next = (*r)->Next();
-      ASSERT_TRUE(next.ok()) << next.error();
+      ASSERT_TRUE(next.ok()) << next.error().message;
       if (!next->has_value()) break;
       ++n;
     }
@@ -234,7 +234,7 @@ TEST(CaptureFile, WhatIsNotACaptureIsRefused) {
   write(other);
   auto r = CaptureReader::Open(path);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().find("version 2"), std::string::npos) << r.error();
+  EXPECT_NE(r.error().message.find("version 2"), std::string::npos) << r.error().message;
   std::filesystem::remove(path);
 }
 
@@ -260,7 +260,7 @@ TEST(CaptureFile, ReplayOfClockJumpsIsBoundedAndOutOfRangeTimesRefused) {
   };
   auto start = std::chrono::steady_clock::now();
   auto jumped = replay({1'000'000'000ull, 1'000'000'000ull + (uint64_t{100} * 365 * 86400) * 1'000'000'000ull});
-  ASSERT_TRUE(jumped.ok()) << jumped.error();
+  ASSERT_TRUE(jumped.ok()) << jumped.error().message;
   EXPECT_EQ(jumped->requests, 2u);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
   auto out_of_range = replay({1'000'000'000ull, uint64_t{1} << 63});

@@ -38,7 +38,7 @@ TEST(ClientCert, SubjectCommonNameAndEveryOrganization) {
   std::string der = MakeCertDer("/O=dev/O=system:masters/CN=kubernetes-admin");
   ASSERT_FALSE(der.empty());
   auto s = ParseCertificateSubject(der);
-  ASSERT_TRUE(s.ok()) << s.error();
+  ASSERT_TRUE(s.ok()) << s.error().message;
   EXPECT_EQ(s->common_name, "kubernetes-admin");
   EXPECT_EQ(s->organizations, (std::vector<std::string>{"dev", "system:masters"}));
   EXPECT_FALSE(ParseCertificateSubject("not a certificate").ok());

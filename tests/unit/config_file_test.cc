@@ -25,7 +25,7 @@ Result<AgentOptions> Apply(const std::string& yaml) {
 
 TEST(ConfigFile, ExampleFileHoldsEveryKeyWithItsDefault) {
   auto loaded = ApplyConfigFile(kExample, AgentOptions{});
-  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   EXPECT_EQ(EffectiveConfigYaml(*loaded), EffectiveConfigYaml(AgentOptions{}));
 
   YAML::Node example = YAML::LoadFile(kExample);
@@ -45,7 +45,7 @@ TEST(ConfigFile, ExampleFileOverridesEarlierValues) {
   changed.detectors.list_storm.sustain_s = 99;
   changed.alertmanager.labels["cluster"] = "x";
   auto loaded = ApplyConfigFile(kExample, changed);
-  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   EXPECT_EQ(loaded->detectors.list_storm.sustain_s, 15);
   EXPECT_TRUE(loaded->alertmanager.labels.empty());
 }
@@ -80,7 +80,7 @@ alertmanager:
 apf:
   static_mapping: {1b2c-uid: workload-low}
 )");
-  ASSERT_TRUE(o.ok()) << o.error();
+  ASSERT_TRUE(o.ok()) << o.error().message;
   EXPECT_EQ(o->target_names, (std::vector<std::string>{"kube-apiserver"}));
   EXPECT_EQ(o->pids, (std::vector<pid_t>{12, 34}));
   EXPECT_EQ(o->metrics_address, "127.0.0.1:19847");
@@ -114,7 +114,7 @@ apf:
 TEST(ConfigFile, EmptySectionsAndEmptyFileChangeNothing) {
   for (const char* yaml : {"", "detectors:\n", "detectors:\n  list_storm:\n", "# only a comment\n"}) {
     auto o = Apply(yaml);
-    ASSERT_TRUE(o.ok()) << yaml << ": " << o.error();
+    ASSERT_TRUE(o.ok()) << yaml << ": " << o.error().message;
     EXPECT_EQ(EffectiveConfigYaml(*o), EffectiveConfigYaml(AgentOptions{})) << yaml;
   }
 }
@@ -128,7 +128,7 @@ TEST(ConfigFile, EffectiveConfigReadsBackToTheSameOptions) {
   o.apf_static_names = {{"uid-1", "exempt"}};
   std::string yaml = EffectiveConfigYaml(o);
   auto back = Apply(yaml);
-  ASSERT_TRUE(back.ok()) << back.error() << "\n" << yaml;
+  ASSERT_TRUE(back.ok()) << back.error().message << "\n" << yaml;
   EXPECT_EQ(EffectiveConfigYaml(*back), yaml);
   EXPECT_EQ(back->detectors.throttled_client.flat_tolerance, 0.05);
   EXPECT_EQ(back->alertmanager.timeout, std::chrono::milliseconds(1500));
@@ -142,20 +142,20 @@ detectors:
     sustian_s: 20
 )");
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error(),
+  EXPECT_EQ(o.error().message,
             "cfg.yaml: detectors.list_storm.sustian_s: unknown key (line 5); known keys: enabled, "
             "list_rate, sustain_s, bytes_rate, expensive_weight, resolve_s, max_keys, allow");
 
   auto top = Apply("metrics:\n  address: 1.2.3.4:5\n");
   ASSERT_FALSE(top.ok());
-  EXPECT_EQ(top.error().substr(0, top.error().find(';')), "cfg.yaml: metrics: unknown key (line 1)");
-  EXPECT_NE(top.error().find("known keys: targets, metrics_address, health_address"),
+  EXPECT_EQ(top.error().message.substr(0, top.error().message.find(';')), "cfg.yaml: metrics: unknown key (line 1)");
+  EXPECT_NE(top.error().message.find("known keys: targets, metrics_address, health_address"),
             std::string::npos)
-      << top.error();
+      << top.error().message;
 
   // update_loop has its `enabled` switch like every storm.
   auto off = Apply("detectors:\n  update_loop:\n    enabled: false\n");
-  ASSERT_TRUE(off.ok()) << off.error();
+  ASSERT_TRUE(off.ok()) << off.error().message;
   EXPECT_FALSE(off->detectors.update_loop.enabled);
   EXPECT_TRUE(AgentOptions{}.detectors.update_loop.enabled);
 }
@@ -215,15 +215,15 @@ TEST(ConfigFile, BadValuesAreRefusedWithPathAndLine) {
   for (const Case& c : cases) {
     auto o = Apply(c.yaml);
     ASSERT_FALSE(o.ok()) << c.yaml;
-    EXPECT_EQ(o.error(), c.error) << c.yaml;
+    EXPECT_EQ(o.error().message, c.error) << c.yaml;
   }
 }
 
 TEST(ConfigFile, MalformedYamlNamesFileAndLine) {
   auto o = Apply("detectors:\n  list_storm:\n    sustain_s: [1, 2\n");
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error().rfind("cfg.yaml: malformed YAML: ", 0), 0u) << o.error();
-  EXPECT_NE(o.error().find("(line "), std::string::npos) << o.error();
+  EXPECT_EQ(o.error().message.rfind("cfg.yaml: malformed YAML: ", 0), 0u) << o.error().message;
+  EXPECT_NE(o.error().message.find("(line "), std::string::npos) << o.error().message;
 }
 
 // Both sides of each kind of bound.
@@ -252,16 +252,16 @@ TEST(ConfigFile, BoundsAreInclusiveWhereDocumented) {
   };
   for (const Case& c : cases) {
     auto o = Apply(c.yaml);
-    EXPECT_EQ(o.ok(), c.ok) << c.yaml << (o.ok() ? "" : ": " + o.error());
+    EXPECT_EQ(o.ok(), c.ok) << c.yaml << (o.ok() ? "" : ": " + o.error().message);
   }
 }
 
 TEST(ConfigFile, SmallestTimeoutSurvivesTheRoundTrip) {
   auto o = Apply("alertmanager: {timeout_s: 0.001}");
-  ASSERT_TRUE(o.ok()) << o.error();
+  ASSERT_TRUE(o.ok()) << o.error().message;
   EXPECT_EQ(o->alertmanager.timeout.count(), 1);
   auto again = Apply(EffectiveConfigYaml(*o));
-  ASSERT_TRUE(again.ok()) << again.error();
+  ASSERT_TRUE(again.ok()) << again.error().message;
   EXPECT_EQ(again->alertmanager.timeout.count(), 1);
 }
 
@@ -347,7 +347,7 @@ TEST(ConfigSchema, AgreesWithTheLoaderOnEveryKey) {
   int checked = 0;
   auto expect = [&](const std::string& path, const std::string& value, bool ok) {
     auto o = Apply(AtPath(path, value));
-    EXPECT_EQ(o.ok(), ok) << path << " = " << value << (o.ok() ? "" : ": " + o.error());
+    EXPECT_EQ(o.ok(), ok) << path << " = " << value << (o.ok() ? "" : ": " + o.error().message);
     ++checked;
   };
   Leaves(schema, "", [&](const std::string& path, const nlohmann::json& s) {
@@ -404,7 +404,7 @@ TEST(ConfigSchema, AgreesWithTheLoaderOnEveryKey) {
 TEST(ConfigFile, MissingFileIsNamed) {
   auto o = ApplyConfigFile("/nonexistent/stormwatch.yaml", AgentOptions{});
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error(), "/nonexistent/stormwatch.yaml: cannot read: No such file or directory");
+  EXPECT_EQ(o.error().message, "/nonexistent/stormwatch.yaml: cannot read: No such file or directory");
 }
 
 }  // namespace

@@ -74,7 +74,7 @@ void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
 GoBinary OpenOrDie(const std::string& path) {
   auto binary = GoBinary::Open(path);
   if (!binary) {
-    ADD_FAILURE() << binary.error();
+    ADD_FAILURE() << binary.error().message;
     std::abort();
   }
   return std::move(*binary);
@@ -126,7 +126,7 @@ std::vector<uint8_t> ObjdumpBytes(const std::string& path, uint64_t start, uint6
 
 std::set<uint64_t> RetVaddrs(const GoBinary& binary, const GoFunction& fn) {
   auto offsets = binary.ReturnInstructionOffsets(fn);
-  EXPECT_TRUE(offsets.ok()) << (offsets ? "" : offsets.error());
+  EXPECT_TRUE(offsets.ok()) << (offsets ? "" : offsets.error().message);
   std::set<uint64_t> vaddrs;
   if (offsets) {
     for (uint64_t offset : *offsets) vaddrs.insert(offset - fn.file_offset + fn.entry);
@@ -281,7 +281,7 @@ TEST(GoBinaryFixture, FileOffsetsHoldTheFunctionBytes) {
   // Every function: the bytes at our file offset in the stripped file equal the bytes at that
   // address in the unstripped file, located through its section headers instead of segments.
   auto twin = ElfFile::Open(kUnstripped);
-  ASSERT_TRUE(twin.ok()) << twin.error();
+  ASSERT_TRUE(twin.ok()) << twin.error().message;
   const ElfSection* text = twin->FindSection(".text");
   ASSERT_NE(text, nullptr);
   for (const GoFunction& fn : binary.functions()) {
@@ -319,7 +319,7 @@ TEST(GoBinaryFixture, ReturnInstructionsMatchObjdump) {
     auto offsets = binary.ReturnInstructionOffsets(fn);
     if (!offsets) {
       undecodable.push_back(fn.name);
-      EXPECT_TRUE(assembly.contains(fn.entry)) << "compiled Go code failed: " << offsets.error();
+      EXPECT_TRUE(assembly.contains(fn.entry)) << "compiled Go code failed: " << offsets.error().message;
       continue;
     }
     std::set<uint64_t> ours;
@@ -359,7 +359,7 @@ TEST(GoBinaryEtcd, StrippedReleaseBinary) {
   auto etcd = GoBinary::Open(kEtcd);
   double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  ASSERT_TRUE(etcd.ok()) << etcd.error();
+  ASSERT_TRUE(etcd.ok()) << etcd.error().message;
   printf("opened %s (%llu bytes, %zu functions, pclntab magic %x) in %.1f ms\n", kEtcd.c_str(),
          static_cast<unsigned long long>(etcd->elf().size()), etcd->functions().size(),
          etcd->pclntab_magic(), ms);
@@ -417,7 +417,7 @@ TEST(GoBinaryBuildInfo, ParsesModulesAndReplacements) {
                              "build\t-ldflags=\"-s -w\"\n"
                              "build\tGOARCH=amd64\n"
                              "dep\tignored.example/unterminated\tv1.0.0");
-  ASSERT_TRUE(info.ok()) << info.error();
+  ASSERT_TRUE(info.ok()) << info.error().message;
   EXPECT_EQ(info->go_version, "go1.21.7");
   EXPECT_EQ(info->path, "k8s.io/kubernetes/cmd/kube-apiserver");
   ASSERT_TRUE(info->main);
@@ -615,7 +615,7 @@ TEST_P(GoBinarySynthetic, ReadsFunctionsBuildInfoAndReturns) {
   std::string path = TempPath("synthetic");
   WriteFile(path, SyntheticGoBinary(magic, inline_strings, kModInfo));
   auto binary = GoBinary::Open(path);
-  ASSERT_TRUE(binary.ok()) << binary.error();
+  ASSERT_TRUE(binary.ok()) << binary.error().message;
   EXPECT_EQ(binary->pclntab_magic(), magic);
   ASSERT_EQ(binary->functions().size(), 2u);
   auto one = binary->FindFunction("main.one");
@@ -630,10 +630,10 @@ TEST_P(GoBinarySynthetic, ReadsFunctionsBuildInfoAndReturns) {
   EXPECT_FALSE(binary->FindFunction("main.three"));
 
   auto rets_one = binary->ReturnInstructionOffsets(*one);
-  ASSERT_TRUE(rets_one.ok()) << rets_one.error();
+  ASSERT_TRUE(rets_one.ok()) << rets_one.error().message;
   EXPECT_EQ(*rets_one, std::vector<uint64_t>{kTextOffset + 3});
   auto rets_two = binary->ReturnInstructionOffsets(*two);
-  ASSERT_TRUE(rets_two.ok()) << rets_two.error();
+  ASSERT_TRUE(rets_two.ok()) << rets_two.error().message;
   EXPECT_EQ(*rets_two,
             (std::vector<uint64_t>{kTextOffset + 4, kTextOffset + 6}));  // rep ret, ret 8
 
@@ -663,7 +663,7 @@ TEST(GoBinarySyntheticErrors, NoModuleInfoIsEmptyNotAnError) {
   image.PutVarintString(&offset, "");
   WriteFile(path, image.bytes());
   auto binary = GoBinary::Open(path);
-  ASSERT_TRUE(binary.ok()) << binary.error();
+  ASSERT_TRUE(binary.ok()) << binary.error().message;
   EXPECT_EQ(binary->go_version(), "go1.99.1");
   EXPECT_FALSE(binary->build_info().main);
   EXPECT_TRUE(binary->build_info().deps.empty());
@@ -673,9 +673,9 @@ TEST(GoBinarySyntheticErrors, NoModuleInfoIsEmptyNotAnError) {
 TEST(GoBinarySyntheticErrors, UndecodableBytesAreAnError) {
   auto rets = FindReturnInstructions(std::vector<uint8_t>{0xc3, 0x0f, 0x0b, 0xc3, 0x0f}, 0x100);
   ASSERT_FALSE(rets.ok());
-  EXPECT_NE(rets.error().find("0x104"), std::string::npos) << rets.error();
+  EXPECT_NE(rets.error().message.find("0x104"), std::string::npos) << rets.error().message;
   auto ok = FindReturnInstructions(std::vector<uint8_t>{0xc3, 0x0f, 0x0b, 0xc3}, 0x100);
-  ASSERT_TRUE(ok.ok()) << ok.error();
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
   EXPECT_EQ(*ok, (std::vector<uint64_t>{0x100, 0x103}));  // ret; ud2; ret
 }
 
@@ -688,7 +688,7 @@ TEST(GoBinarySyntheticErrors, EveryTruncationIsAnError) {
     std::filesystem::resize_file(path, size);
     auto binary = GoBinary::Open(path);
     ASSERT_FALSE(binary.ok()) << "truncated to " << size;
-    ASSERT_FALSE(binary.error().empty());
+    ASSERT_FALSE(binary.error().message.empty());
     if (size == 0) break;
   }
   std::filesystem::remove(path);
@@ -734,7 +734,7 @@ TEST(GoBinarySyntheticErrors, CorruptTablesAreErrors) {
     WriteFile(path, image.bytes());
     auto binary = GoBinary::Open(path);
     ASSERT_FALSE(binary.ok()) << c.what;
-    printf("%-26s -> %s\n", c.what, binary.error().c_str());
+    printf("%-26s -> %s\n", c.what, binary.error().message.c_str());
   }
   std::filesystem::remove(path);
 }
@@ -764,9 +764,23 @@ TEST(GoBinarySyntheticErrors, SharedLongNameIsRefusedNotCopied) {
   WriteFile(path, image.bytes());
   auto binary = GoBinary::Open(path);
   ASSERT_FALSE(binary.ok());
-  EXPECT_NE(binary.error().find("function names total 300000 bytes"), std::string::npos)
-      << binary.error();
+  EXPECT_NE(binary.error().message.find("function names total 300000 bytes"), std::string::npos)
+      << binary.error().message;
+  EXPECT_EQ(binary.error().code, ErrorCode::kLimit) << "a bound, kept through the path's context";
   std::filesystem::remove(path);
+}
+
+// The error's code says what kind of refusal it is, for callers that count or branch: a C
+// program (an ELF without Go's tables) is kNotFound, a corrupt table kInvalid.
+TEST(GoBinarySyntheticErrors, ErrorCodesSayWhatKindOfRefusal) {
+  auto not_go = GoBinary::Open("/bin/sh");
+  ASSERT_FALSE(not_go.ok());
+  EXPECT_EQ(not_go.error().code, ErrorCode::kNotFound) << not_go.error().message;
+  EXPECT_NE(not_go.error().message.find("/bin/sh: "), std::string::npos) << not_go.error().message;
+  EXPECT_EQ(ErrorCodeName(not_go.error().code), "not_found");
+  auto not_elf = GoBinary::Open("/etc/hostname");
+  ASSERT_FALSE(not_elf.ok());
+  EXPECT_EQ(not_elf.error().code, ErrorCode::kInvalid) << not_elf.error().message;
 }
 
 // Without section headers the pclntab is found by scanning the segments for its header; every
@@ -789,7 +803,7 @@ TEST(GoBinarySyntheticErrors, PclntabLookAlikesAreBounded) {
     auto binary = GoBinary::Open(path);
     std::filesystem::remove(path);
     if (fakes == 15) {
-      ASSERT_TRUE(binary.ok()) << binary.error();
+      ASSERT_TRUE(binary.ok()) << binary.error().message;
       EXPECT_EQ(binary->functions().size(), 2u);
     } else {
       EXPECT_FALSE(binary.ok()) << "the 17th candidate is not tried";
@@ -803,7 +817,7 @@ TEST(GoBinaryFixture, TruncatedOrCorruptCopiesAreErrors) {
   ASSERT_TRUE(std::filesystem::exists(kStripped)) << kStripped;
   const std::vector<uint8_t> original = ReadFile(kStripped);
   auto elf = ElfFile::Open(kStripped);
-  ASSERT_TRUE(elf.ok()) << elf.error();
+  ASSERT_TRUE(elf.ok()) << elf.error().message;
   const ElfSection* pcln = elf->FindSection(".gopclntab");
   if (!pcln) pcln = elf->FindSection(".data.rel.ro.gopclntab");  // PIE
   const ElfSection* buildinfo = elf->FindSection(".go.buildinfo");
@@ -819,7 +833,7 @@ TEST(GoBinaryFixture, TruncatedOrCorruptCopiesAreErrors) {
     WriteFile(path, std::vector<uint8_t>(original.begin(), original.begin() + size));
     auto binary = GoBinary::Open(path);
     EXPECT_FALSE(binary.ok()) << "truncated to " << size;
-    if (!binary.ok()) printf("truncated to %9lu -> %s\n", size, binary.error().c_str());
+    if (!binary.ok()) printf("truncated to %9lu -> %s\n", size, binary.error().message.c_str());
   }
 
   // Corrupt in place and restore: copying the whole binary each time would dominate the test.
@@ -845,7 +859,7 @@ TEST(GoBinaryFixture, TruncatedOrCorruptCopiesAreErrors) {
            {"section header offset", 40}}) {
     auto binary = corrupt(offset, ff8);
     EXPECT_FALSE(binary.ok()) << what;
-    if (!binary.ok()) printf("corrupt %-26s -> %s\n", what, binary.error().c_str());
+    if (!binary.ok()) printf("corrupt %-26s -> %s\n", what, binary.error().message.c_str());
   }
 
   // Random bytes over the headers and tables never crash (the result may or may not be ok).

@@ -73,7 +73,7 @@ std::string Run(const std::string& cmd, int* status = nullptr) {
 
 TEST(GoVersionParse, Releases) {
   auto v = GoVersion::Parse("go1.21.13");
-  ASSERT_TRUE(v.ok()) << v.error();
+  ASSERT_TRUE(v.ok()) << v.error().message;
   EXPECT_EQ(v->major, 1);
   EXPECT_EQ(v->minor, 21);
   EXPECT_EQ(v->patch, 13);
@@ -88,7 +88,7 @@ TEST(GoVersionParse, Releases) {
 
 TEST(GoVersionParse, PreReleasesAndExperimentsKeepTheirSuffix) {
   auto v = GoVersion::Parse("go1.22rc1");
-  ASSERT_TRUE(v.ok()) << v.error();
+  ASSERT_TRUE(v.ok()) << v.error().message;
   EXPECT_EQ((std::tuple{v->major, v->minor, v->patch}), (std::tuple{1, 22, 0}));
   EXPECT_EQ(v->suffix, "rc1");
   EXPECT_FALSE(v->is_release());
@@ -147,11 +147,11 @@ TEST_P(MatrixBuild, EveryStackFoundAndPlannedFromTypeData) {
   ASSERT_TRUE(Exists(stripped())) << stripped() << " missing: Go " << GetParam().version
                                   << " toolchain not installed (scripts/setup.sh)?";
   auto binary = GoBinary::Open(stripped());
-  ASSERT_TRUE(binary.ok()) << binary.error();
+  ASSERT_TRUE(binary.ok()) << binary.error().message;
   EXPECT_TRUE(binary->go_version().starts_with("go" + GetParam().version + ".") ||
               binary->go_version() == "go" + GetParam().version)
       << binary->go_version();
-  ASSERT_TRUE(binary->module_data().ok()) << binary->module_data().error();
+  ASSERT_TRUE(binary->module_data().ok()) << binary->module_data().error().message;
   GoHttp2ProbePlan plan = PlanGoHttp2Probes(*binary);
   ASSERT_EQ(plan.failure, AttachFailure::kNone) << plan.problem;
   EXPECT_EQ(plan.stack_names(), expected_stacks());
@@ -175,7 +175,7 @@ TEST_P(MatrixBuild, FunctionAddressesEqualTheSymbolTable) {
   // Go 1.26 dropped the pclntab's text start: entries are relative to moduledata.text.
   ASSERT_TRUE(Exists(unstripped())) << unstripped();
   auto binary = GoBinary::Open(stripped());
-  ASSERT_TRUE(binary.ok()) << binary.error();
+  ASSERT_TRUE(binary.ok()) << binary.error().message;
   std::string nm = stormwatch::Run("nm " + unstripped() + " | grep -E ' T (net/http\\.\\(\\*connReader\\)\\.Read|runtime\\.main)$'");
   std::istringstream lines(nm);
   std::string addr, kind, name;
@@ -207,7 +207,7 @@ uint64_t GoObjdumpJbe(const std::string& go, const std::string& binary,
 TEST_P(MatrixBuild, ProbeSitesOnTheStackCheckBranchMatchTheToolchainsObjdump) {
   ASSERT_TRUE(Exists(unstripped())) << unstripped();
   auto binary = GoBinary::Open(stripped());
-  ASSERT_TRUE(binary.ok()) << binary.error();
+  ASSERT_TRUE(binary.ok()) << binary.error().message;
   int stacks = 0;
   for (const Http2Stack& stack : Http2Stacks()) {
     if (!binary->FindFunction(stack.process_headers)) continue;
@@ -216,7 +216,7 @@ TEST_P(MatrixBuild, ProbeSitesOnTheStackCheckBranchMatchTheToolchainsObjdump) {
       auto fn = binary->FindFunction(name);
       ASSERT_TRUE(fn) << name;
       auto site = binary->EntryProbeSiteOf(*fn);
-      ASSERT_TRUE(site.ok()) << site.error();
+      ASSERT_TRUE(site.ok()) << site.error().message;
       EXPECT_EQ(site->morestack_if_flags, 0x41u) << "JBE: taken on CF or ZF";
       // "net/http.(*http2serverConn).processHeaders" -> regex "^net/http\.\(\*http2serverConn\)\.processHeaders$"
       std::string regex = "^";
@@ -430,7 +430,7 @@ void ExpectEveryNamedStructEqualsDwarf(const std::string& stripped, const std::s
   auto binary = GoBinary::Open(stripped);
   ASSERT_TRUE(binary.ok());
   auto types = binary->types();
-  ASSERT_TRUE(types.ok()) << types.error();
+  ASSERT_TRUE(types.ok()) << types.error().message;
   size_t structs = 0, fields = 0, mismatches = 0;
   for (const std::string& name : (*types)->NamedTypes()) {
     if (!dw.HasUniqueStruct(name)) continue;
@@ -438,7 +438,7 @@ void ExpectEveryNamedStructEqualsDwarf(const std::string& stripped, const std::s
     ASSERT_TRUE(type);
     if (type->kind != GoKind::kStruct) continue;
     auto fs = (*types)->StructFields(*type);
-    ASSERT_TRUE(fs.ok()) << fs.error();
+    ASSERT_TRUE(fs.ok()) << fs.error().message;
     ++structs;
     EXPECT_EQ(dw.Get(name, ""), static_cast<long long>(type->size)) << name;
     for (const GoStructField& f : *fs) {
@@ -503,7 +503,7 @@ TEST_P(DebianEtcd, TypeDataReadLayoutDerivedRoleFromItsCode) {
   const EtcdBuild& e = GetParam();
   ASSERT_TRUE(Exists(e.path)) << e.path << " missing (scripts/setup.sh)";
   auto binary = GoBinary::Open(e.path);
-  ASSERT_TRUE(binary.ok()) << binary.error();
+  ASSERT_TRUE(binary.ok()) << binary.error().message;
   EXPECT_TRUE(binary->go_version().starts_with(e.go_prefix)) << binary->go_version();
   GoHttp2ProbePlan plan = PlanGoHttp2Probes(*binary);
   ASSERT_EQ(plan.failure, AttachFailure::kNone) << plan.problem;
@@ -660,14 +660,15 @@ TEST(GoTypeData, FieldsSharingOneLongNameAreRefusedNotCopied) {
   std::ofstream(path, std::ios::binary) << bytes;
   auto crafted = GoBinary::Open(path);
   std::remove(path.c_str());
-  ASSERT_TRUE(crafted.ok()) << crafted.error();
-  ASSERT_TRUE(crafted->types().ok()) << crafted->types().error();
+  ASSERT_TRUE(crafted.ok()) << crafted.error().message;
+  ASSERT_TRUE(crafted->types().ok()) << crafted->types().error().message;
   auto type = (*crafted->types())->FindNamed("golang.org/x/net/http2.serverConn");
   ASSERT_TRUE(type);
   auto crafted_fields = (*crafted->types())->StructFields(*type);
   ASSERT_FALSE(crafted_fields.ok()) << "8192 copies of a 1 MiB name";
-  EXPECT_NE(crafted_fields.error().find("field names total more than"), std::string::npos)
-      << crafted_fields.error();
+  EXPECT_NE(crafted_fields.error().message.find("field names total more than"), std::string::npos)
+      << crafted_fields.error().message;
+  EXPECT_EQ(crafted_fields.error().code, ErrorCode::kLimit);
 }
 
 TEST(GoTypeData, ModuleDataThatDoesNotMatchTheSectionsIsRefused) {
@@ -681,7 +682,8 @@ TEST(GoTypeData, ModuleDataThatDoesNotMatchTheSectionsIsRefused) {
   // Outside the supported releases: a clear error, not a guess.
   auto old = FindGoModuleData(clean->elf(), 16, pcln->addr);
   ASSERT_FALSE(old.ok());
-  EXPECT_NE(old.error().find("1.18-1.27"), std::string::npos) << old.error();
+  EXPECT_NE(old.error().message.find("1.18-1.27"), std::string::npos) << old.error().message;
+  EXPECT_EQ(old.error().code, ErrorCode::kUnsupported);
   EXPECT_FALSE(FindGoModuleData(clean->elf(), 23, pcln->addr + 8).ok()) << "no word points there";
 }
 
@@ -697,9 +699,12 @@ TEST(FunctionShape, ArgumentBytesFromThePclntabAreChecked) {
   auto fn = binary->FindFunction("golang.org/x/net/http2.(*serverConn).processHeaders");
   ASSERT_TRUE(fn);
   EXPECT_EQ(fn->args, 16) << "receiver and one pointer argument";
-  EXPECT_EQ(CheckFunctionShape(*fn, 16, "processHeaders(f)"), "");
+  EXPECT_TRUE(CheckFunctionShape(*fn, 16, "processHeaders(f)").ok());
   // processHeaders(f *MetaHeadersFrame, extra int), as a future release might declare it:
-  std::string why = CheckFunctionShape(*fn, 24, "processHeaders(f, extra)");
+  auto shape = CheckFunctionShape(*fn, 24, "processHeaders(f, extra)");
+  ASSERT_FALSE(shape.ok());
+  EXPECT_EQ(shape.error().code, ErrorCode::kUnsupported);
+  const std::string& why = shape.error().message;
   EXPECT_NE(why.find("processHeaders takes 16 bytes of arguments, not the 24"), std::string::npos) << why;
   auto read = binary->FindFunction("net/http.(*connReader).Read");
   ASSERT_TRUE(read);

@@ -23,7 +23,7 @@ Result<AgentOptions> Parse(std::vector<std::string> args) {
 
 TEST(Options, Defaults) {
   auto o = Parse({});
-  ASSERT_TRUE(o.ok()) << o.error();
+  ASSERT_TRUE(o.ok()) << o.error().message;
   EXPECT_EQ(o->target_names, (std::vector<std::string>{"kube-apiserver", "etcd"}));
   EXPECT_TRUE(o->pids.empty());
   EXPECT_EQ(o->metrics_address, "0.0.0.0:9847");
@@ -39,7 +39,7 @@ TEST(Options, ContractFlags) {
   auto o = Parse({"--pid", "12,34", "--pid=56", "--metrics-address", "127.0.0.1:1234",
                   "--target", "kube-apiserver", "--update-loop-resource-rate", "50.5",
                   "--update-loop-resolve=30", "--health-address="});
-  ASSERT_TRUE(o.ok()) << o.error();
+  ASSERT_TRUE(o.ok()) << o.error().message;
   EXPECT_EQ(o->pids, (std::vector<pid_t>{12, 34, 56}));
   EXPECT_EQ(o->metrics_address, "127.0.0.1:1234");
   EXPECT_EQ(o->target_names, (std::vector<std::string>{"kube-apiserver"}));
@@ -70,7 +70,7 @@ TEST(Options, BadInputIsRefusedWithTheFlagNamed) {
   for (const Case& c : cases) {
     auto o = Parse(c.args);
     ASSERT_FALSE(o.ok()) << c.args[0];
-    EXPECT_NE(o.error().find(c.needle), std::string::npos) << o.error();
+    EXPECT_NE(o.error().message.find(c.needle), std::string::npos) << o.error().message;
   }
 }
 
@@ -104,7 +104,7 @@ alertmanager: {url: "http://am.example:9093"}
 TEST_F(ConfigFileFlag, FileSetsValuesBeyondTheFlags) {
   Write(kFile);
   auto o = Parse({"--config", path_});
-  ASSERT_TRUE(o.ok()) << o.error();
+  ASSERT_TRUE(o.ok()) << o.error().message;
   EXPECT_EQ(o->config_path, path_);
   EXPECT_EQ(o->target_names, (std::vector<std::string>{"etcd"}));
   EXPECT_EQ(o->pids, (std::vector<pid_t>{11}));
@@ -126,7 +126,7 @@ TEST_F(ConfigFileFlag, FlagsOverrideTheFileWhateverTheirOrder) {
   after.insert(after.end(), overrides.begin(), overrides.end());
   for (const auto& args : {before, after}) {
     auto o = Parse(args);
-    ASSERT_TRUE(o.ok()) << o.error();
+    ASSERT_TRUE(o.ok()) << o.error().message;
     EXPECT_EQ(o->target_names, (std::vector<std::string>{"kube-apiserver"}));
     EXPECT_EQ(o->pids, (std::vector<pid_t>{22, 33}));
     EXPECT_EQ(o->metrics_address, "127.0.0.1:8000");
@@ -142,16 +142,16 @@ TEST_F(ConfigFileFlag, FileErrorsNameFileKeyAndLine) {
   Write("detectors:\n  list_storm:\n    sustian_s: 20\n");
   auto o = Parse({"--config", path_});
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error().rfind(path_ + ": detectors.list_storm.sustian_s: unknown key (line 3)", 0),
+  EXPECT_EQ(o.error().message.rfind(path_ + ": detectors.list_storm.sustian_s: unknown key (line 3)", 0),
             0u)
-      << o.error();
+      << o.error().message;
 }
 
 TEST_F(ConfigFileFlag, FlagsAreCheckedAfterTheFile) {
   Write("detectors: {update_loop: {object_rate: 7}}\n");
   auto o = Parse({"--config", path_, "--update-loop-object-rate", "0"});
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error(), "update loop detector: object_rate must be > 0");
+  EXPECT_EQ(o.error().message, "update loop detector: object_rate must be > 0");
 }
 
 }  // namespace

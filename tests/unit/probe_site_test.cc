@@ -38,7 +38,7 @@ TEST(ProbeSite, OnTheStackCheckBranchAsGoObjdumpShows) {
   const std::string stripped = std::string(STORMWATCH_GO_OUT) + "/test-apiserver";
   const std::string unstripped = stripped + ".unstripped";
   auto binary = GoBinary::Open(stripped);
-  ASSERT_TRUE(binary.ok()) << binary.error();
+  ASSERT_TRUE(binary.ok()) << binary.error().message;
   struct Case {
     const char* name;
     const char* regex;
@@ -52,7 +52,7 @@ TEST(ProbeSite, OnTheStackCheckBranchAsGoObjdumpShows) {
     auto fn = binary->FindFunction(c.name);
     ASSERT_TRUE(fn) << c.name;
     auto site = binary->EntryProbeSiteOf(*fn);
-    ASSERT_TRUE(site.ok()) << site.error();
+    ASSERT_TRUE(site.ok()) << site.error().message;
     uint64_t expected_vaddr = GoObjdumpJbe(unstripped, c.regex);
     ASSERT_NE(expected_vaddr, 0u) << "go tool objdump found no JBE in " << c.name;
     EXPECT_GT(site->offset, fn->file_offset) << c.name;
@@ -65,7 +65,7 @@ TEST(ProbeSite, SyntheticPrologues) {
   constexpr uint32_t kJbe = 0x41, kJb = 0x01;  // EFLAGS under which the branch is taken
   auto site = [](std::span<const uint8_t> code, uint64_t base) {
     auto s = FindEntryProbeSite(code, base);
-    EXPECT_TRUE(s.ok()) << s.error();
+    EXPECT_TRUE(s.ok()) << s.error().message;
     return s.ok() ? std::make_pair(s->offset, s->morestack_if_flags) : std::make_pair(~uint64_t{0}, ~0u);
   };
   // Small frame: CMPQ 0x10(R14), SP; JBE rel32; SUBQ $0x30, SP -> on the JBE.

@@ -48,7 +48,7 @@ TEST(H2Events, DecodesRequestFields) {
   auto bytes = RequestBytes(7, 0xc000100000, 3, 1000,
                             {{":method", "PUT"}, {":path", "/api/v1/pods"}, {"user-agent", "x"}});
   auto ev = DecodeCaptureEvent(bytes);
-  ASSERT_TRUE(ev.ok()) << ev.error();
+  ASSERT_TRUE(ev.ok()) << ev.error().message;
   const auto& req = std::get<H2RequestEvent>(*ev);
   EXPECT_EQ(req.tgid, 7u);
   EXPECT_EQ(req.conn, 0xc000100000u);
@@ -74,7 +74,7 @@ TEST(H2Events, ConnectionAddressesReachTheRecord) {
   std::memcpy(fixed.local.ip, local, 16);
   std::memcpy(bytes.data(), &fixed, offsetof(sw_h2_request, data));
   auto ev = DecodeCaptureEvent(bytes);
-  ASSERT_TRUE(ev.ok()) << ev.error();
+  ASSERT_TRUE(ev.ok()) << ev.error().message;
   const auto& req = std::get<H2RequestEvent>(*ev);
   EXPECT_EQ(req.peer_address, "10.244.1.7:51234");
   EXPECT_EQ(req.local_address, "[fd00::1]:6443");

@@ -652,7 +652,7 @@ TEST(RequestInfoTest, PercentDecode) {
 
 TEST(RequestInfoTest, FieldSelectorParsing) {
   auto terms = ParseFieldSelector("spec.nodeName=n1,metadata.name==a\\,b,status.phase!=Running");
-  ASSERT_TRUE(terms.ok()) << terms.error();
+  ASSERT_TRUE(terms.ok()) << terms.error().message;
   ASSERT_EQ(terms->size(), 3u);
   EXPECT_EQ(RequiresExactMatch(*terms, "metadata.name"), "a,b");
   EXPECT_EQ(RequiresExactMatch(*terms, "spec.nodeName"), "n1");

@@ -38,7 +38,7 @@ void Poke(std::vector<uint8_t>& bytes, size_t offset, T value) {
 TEST(TlsEvents, DecodesAFullyCapturedRead) {
   auto bytes = DataBytes(SW_TLS_READ, 5, "GET /", "");
   auto ev = DecodeTlsEvent(bytes);
-  ASSERT_TRUE(ev.ok()) << ev.error();
+  ASSERT_TRUE(ev.ok()) << ev.error().message;
   const auto& data = std::get<TlsDataEvent>(*ev);
   EXPECT_EQ(data.tgid, 7u);
   EXPECT_EQ(data.ts_ns, 1234u);
@@ -57,7 +57,7 @@ TEST(TlsEvents, DecodesAPartlyCapturedWriteWithItsTail) {
   std::string prefix(SW_TLS_CAPTURE, 'x');
   auto bytes = DataBytes(SW_TLS_WRITE, 100000, prefix, "\r\n0\r\n\r\n");
   auto ev = DecodeTlsEvent(bytes);
-  ASSERT_TRUE(ev.ok()) << ev.error();
+  ASSERT_TRUE(ev.ok()) << ev.error().message;
   const auto& data = std::get<TlsDataEvent>(*ev);
   EXPECT_EQ(data.direction, TlsDirection::kWrite);
   EXPECT_EQ(data.total_len, 100000u);
@@ -67,7 +67,7 @@ TEST(TlsEvents, DecodesAPartlyCapturedWriteWithItsTail) {
 
 TEST(TlsEvents, IgnoresATailWhenEverythingWasCaptured) {
   auto ev = DecodeTlsEvent(DataBytes(SW_TLS_WRITE, 3, "abc", "bc"));
-  ASSERT_TRUE(ev.ok()) << ev.error();
+  ASSERT_TRUE(ev.ok()) << ev.error().message;
   EXPECT_TRUE(std::get<TlsDataEvent>(*ev).tail.empty());
 }
 
@@ -77,7 +77,7 @@ TEST(TlsEvents, DecodesClose) {
   std::vector<uint8_t> bytes(sizeof(close));
   std::memcpy(bytes.data(), &close, sizeof(close));
   auto ev = DecodeTlsEvent(bytes);
-  ASSERT_TRUE(ev.ok()) << ev.error();
+  ASSERT_TRUE(ev.ok()) << ev.error().message;
   const auto& c = std::get<TlsCloseEvent>(*ev);
   EXPECT_EQ(c.tgid, 9u);
   EXPECT_EQ(c.ts_ns, 77u);

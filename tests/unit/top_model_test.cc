@@ -251,20 +251,20 @@ Result<TopOptions> Parse(std::vector<std::string> args) {
 TEST(TopOptions, Parses) {
   auto o = Parse({"stormwatch", "top", "--once", "--json", "--sort", "conflicts", "--filter", "op",
                   "--interval", "2.5", "http://a:9849", "b:9849"});
-  ASSERT_TRUE(o) << o.error();
+  ASSERT_TRUE(o) << o.error().message;
   EXPECT_TRUE(o->once);
   EXPECT_TRUE(o->json);
   EXPECT_EQ(o->sort, SortKey::kConflicts);
   EXPECT_EQ(o->filter, "op");
   EXPECT_DOUBLE_EQ(o->interval_s, 2.5);
   EXPECT_EQ(o->urls, (std::vector<std::string>{"http://a:9849", "b:9849"}));
-  EXPECT_EQ(Parse({"stormwatch", "top"}).error(),
+  EXPECT_EQ(Parse({"stormwatch", "top"}).error().message,
             "at least one agent URL is needed (e.g. http://127.0.0.1:9849)");
-  EXPECT_EQ(Parse({"stormwatch", "top", "--json", "u"}).error(), "--json needs --once");
-  EXPECT_EQ(Parse({"stormwatch", "top", "--sort", "bytes", "u"}).error(), "--sort: unknown column bytes");
-  EXPECT_EQ(Parse({"stormwatch", "top", "--interval", "0", "u"}).error(),
+  EXPECT_EQ(Parse({"stormwatch", "top", "--json", "u"}).error().message, "--json needs --once");
+  EXPECT_EQ(Parse({"stormwatch", "top", "--sort", "bytes", "u"}).error().message, "--sort: unknown column bytes");
+  EXPECT_EQ(Parse({"stormwatch", "top", "--interval", "0", "u"}).error().message,
             "--interval: not a positive number: 0");
-  EXPECT_EQ(Parse({"stormwatch", "top", "--bogus", "u"}).error(), "unknown flag --bogus");
+  EXPECT_EQ(Parse({"stormwatch", "top", "--bogus", "u"}).error().message, "unknown flag --bogus");
   EXPECT_TRUE(Parse({"stormwatch", "top", "--help"})->show_help);
 }
 
