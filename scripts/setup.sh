@@ -27,7 +27,6 @@ $SUDO apt-get update -qq
 BUILD_PKGS=(
   build-essential cmake pkg-config clang llvm
   clang-14 libclang-rt-14-dev  # the sanitizer build: ASan, UBSan and libFuzzer runtimes (docs/fuzzing.md)
-  libelf-dev zlib1g-dev
   libcapstone-dev            # finds RET instructions in Go functions (no uretprobes on Go)
   prometheus-cpp-dev         # /metrics endpoint
   libcivetweb-dev            # /healthz and /readyz (the metrics endpoint cannot answer 503)
