@@ -110,6 +110,9 @@ class BoundedLru {
     return At(s).entry().second;
   }
 
+  // The least recently touched entry, nullptr when empty (for expiry from the old end).
+  Entry* Oldest() { return tail_ == kNil ? nullptr : &At(tail_).entry(); }
+
   bool Erase(const Key& key) {
     auto it = index_.find(key);
     if (it == index_.end()) return false;

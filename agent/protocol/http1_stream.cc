@@ -88,7 +88,6 @@ struct Http1Connections::Connection {
 
   uint32_t tgid = 0;
   uint64_t conn = 0;
-  std::list<Key>::iterator lru;
   uint64_t last_ns = 0;
   uint64_t last_write_ns = 0;
   Kind kind = Kind::kUnknown;
@@ -122,35 +121,35 @@ const char* Http1IgnoreReasonName(Http1IgnoreReason reason) {
 }
 
 Http1Connections::Http1Connections(ExchangeSink sink, Http1Limits limits)
-    : sink_(std::move(sink)), limits_(limits) {}
+    : sink_(std::move(sink)), limits_(limits), connections_(limits.max_connections) {}
 
 Http1Connections::~Http1Connections() = default;
 
 Http1Connections::Connection& Http1Connections::Touch(uint32_t tgid, uint64_t conn,
                                                       uint64_t ts_ns) {
-  Key key{tgid, conn};
-  auto it = connections_.find(key);
-  if (it == connections_.end()) {
-    if (connections_.size() >= limits_.max_connections && !lru_.empty()) {
-      ++stats_.connections_evicted;
-      Drop(connections_.find(lru_.front()));
-    }
-    auto c = std::make_unique<Connection>();
-    c->tgid = tgid;
-    c->conn = conn;
-    c->lru = lru_.insert(lru_.end(), key);
-    it = connections_.emplace(key, std::move(c)).first;
-  } else {
-    lru_.splice(lru_.end(), lru_, it->second->lru);
-  }
-  it->second->last_ns = ts_ns;
-  return *it->second;
+  Connection& c = *connections_.FindOrInsert(
+      Key{tgid, conn},
+      [&] {
+        auto made = std::make_unique<Connection>();
+        made->tgid = tgid;
+        made->conn = conn;
+        return made;
+      },
+      [&](const Key&, const std::unique_ptr<Connection>& evicted) {
+        ++stats_.connections_evicted;
+        CountLost(*evicted);
+      });
+  c.last_ns = ts_ns;
+  return c;
 }
 
-void Http1Connections::Drop(Map::iterator it) {
-  stats_.requests_without_response += it->second->pending.size();
-  lru_.erase(it->second->lru);
-  connections_.erase(it);
+void Http1Connections::CountLost(const Connection& c) {
+  stats_.requests_without_response += c.pending.size();
+}
+
+void Http1Connections::Drop(const Key& key, const Connection& c) {
+  CountLost(c);
+  connections_.Erase(key);  // c goes with it
 }
 
 void Http1Connections::Ignore(Connection& c, Http1IgnoreReason reason) {
@@ -212,29 +211,32 @@ void Http1Connections::OnData(const TlsDataEvent& ev) {
 }
 
 void Http1Connections::OnClose(uint32_t tgid, uint64_t conn) {
-  auto it = connections_.find(Key{tgid, conn});
-  if (it == connections_.end()) return;
-  Connection& c = *it->second;
+  const Key key{tgid, conn};
+  auto* found = connections_.Find(key);
+  if (!found) return;
+  Connection& c = **found;
   if (c.kind == Connection::Kind::kHttp1 && c.write_state == WriteState::kUntilClose) {
     CompleteResponse(c, c.last_write_ns);
   }
-  Drop(it);
+  Drop(key, c);
 }
 
 void Http1Connections::Expire(uint64_t now_ns) {
-  while (!lru_.empty()) {
-    auto it = connections_.find(lru_.front());
-    uint64_t last = it->second->last_ns;
-    if (now_ns < last || now_ns - last < limits_.max_idle_ns) break;
-    Drop(it);
+  while (auto* oldest = connections_.Oldest()) {
+    const Connection& c = *oldest->second;
+    if (now_ns < c.last_ns || now_ns - c.last_ns < limits_.max_idle_ns) break;
+    Drop(oldest->first, c);
   }
 }
 
 void Http1Connections::ForgetProcess(uint32_t tgid) {
   for (auto it = connections_.begin(); it != connections_.end();) {
-    auto next = std::next(it);
-    if (it->first.tgid == tgid) Drop(it);
-    it = next;
+    if (it->first.tgid == tgid) {
+      CountLost(*it->second);
+      it = connections_.Erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 

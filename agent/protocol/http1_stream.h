@@ -10,11 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <memory>
 #include <string>
-#include <unordered_map>
 
+#include "agent/core/bounded_lru.h"
 #include "agent/protocol/tls_events.h"
 
 namespace stormwatch {
@@ -105,10 +104,12 @@ class Http1Connections {
       return std::hash<uint64_t>{}(k.conn * 0x9E3779B97F4A7C15ull ^ k.tgid);
     }
   };
-  using Map = std::unordered_map<Key, std::unique_ptr<Connection>, KeyHash>;
+  // Most recently active first; a new connection beyond max_connections evicts the least.
+  using Map = BoundedLru<Key, std::unique_ptr<Connection>, KeyHash>;
 
   Connection& Touch(uint32_t tgid, uint64_t conn, uint64_t ts_ns);
-  void Drop(Map::iterator it);
+  void Drop(const Key& key, const Connection& c);
+  void CountLost(const Connection& c);
   void Ignore(Connection& c, Http1IgnoreReason reason);
 
   void ReadBytes(Connection& c, std::string_view bytes, bool call_start, uint64_t ts_ns);
@@ -127,7 +128,6 @@ class Http1Connections {
   ExchangeSink sink_;
   Http1Limits limits_;
   Map connections_;
-  std::list<Key> lru_;  // least recently active first
   Http1Stats stats_;
 };
 

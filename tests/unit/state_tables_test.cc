@@ -46,7 +46,7 @@ TEST(BoundedLru, EvictsLeastRecentAndIteratesMostRecentFirst) {
 }
 
 // Against a std::list + std::map reference: 200k random finds, inserts and erases over 3,000
-// keys with room for 1,000, including erasing while iterating.
+// keys with room for 1,000, including erasing while iterating; Oldest() is the list's back.
 TEST(BoundedLru, MatchesAReferenceLruOnRandomOperations) {
   constexpr size_t kCapacity = 1000;
   BoundedLru<uint64_t, uint64_t> lru(kCapacity);
@@ -93,6 +93,9 @@ TEST(BoundedLru, MatchesAReferenceLruOnRandomOperations) {
         ASSERT_EQ(evicted, expected);
       }
     }
+    auto* oldest = lru.Oldest();  // the expiry end: the reference's back
+    ASSERT_EQ(oldest != nullptr, !ref.empty());
+    if (oldest) ASSERT_EQ(oldest->first, ref.back().first);
     if (i % 20000 == 0) {  // erase every 7th key while iterating
       for (auto it = lru.begin(); it != lru.end();) it = it->first % 7 == 0 ? lru.Erase(it) : std::next(it);
       ref.remove_if([](const auto& e) { return e.first % 7 == 0; });
