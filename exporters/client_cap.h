@@ -22,51 +22,11 @@
 #include <utility>
 #include <vector>
 
+#include "agent/core/space_saving.h"
+
 namespace stormwatch {
 
 inline constexpr char kOtherClient[] = "other";
-
-// Space-Saving (Metwally et al.): approximate top counts of a stream in fixed memory. Each
-// count over-estimates by at most its `error`; count - error is a guaranteed lower bound.
-class SpaceSaving {
- public:
-  explicit SpaceSaving(size_t capacity);
-  void Add(const std::string& key, uint64_t amount = 1);
-  void Erase(const std::string& key);
-  // Lower bound of `key`'s count (0 when not tracked).
-  uint64_t Guaranteed(const std::string& key) const;
-  // Keys with a positive lower bound, highest first.
-  std::vector<std::pair<std::string, uint64_t>> Top(size_t n) const;
-  // Halves every count: older traffic weighs less ("recent" counts).
-  void Decay();
-  size_t size() const { return index_.size(); }
-  size_t capacity() const { return slots_.size(); }
-
- private:
-  static constexpr uint32_t kNotInHeap = UINT32_MAX;
-  struct Slot {
-    std::string key;  // the index's keys view these (slots_ never reallocates)
-    uint64_t count = 0, error = 0;
-    uint32_t heap_pos = kNotInHeap;
-  };
-  // A min-heap of the used slots by (count, slot number): its top is the slot a newcomer
-  // replaces. Updates move one slot up or down the heap; nothing is allocated per update.
-  bool Before(uint32_t a, uint32_t b) const {
-    return slots_[a].count != slots_[b].count ? slots_[a].count < slots_[b].count : a < b;
-  }
-  void Place(size_t pos, uint32_t slot) {
-    heap_[pos] = slot;
-    slots_[slot].heap_pos = static_cast<uint32_t>(pos);
-  }
-  void SiftUp(size_t pos);
-  void SiftDown(size_t pos);
-  void RemoveFromHeap(uint32_t slot);
-
-  std::vector<Slot> slots_;
-  std::vector<uint32_t> free_;
-  std::vector<uint32_t> heap_;
-  absl::flat_hash_map<std::string_view, uint32_t> index_;
-};
 
 class ClientCap {
  public:
@@ -86,7 +46,7 @@ class ClientCap {
 
   size_t admitted() const { return admitted_.size(); }
   size_t max_clients() const { return max_clients_; }
-  const SpaceSaving& folded() const { return folded_; }
+  const SpaceSaving<>& folded() const { return folded_; }
 
  private:
   struct Activity {
@@ -101,7 +61,7 @@ class ClientCap {
   absl::flat_hash_map<std::string, Activity> admitted_;
   // Slots kept free for heavy folded clients until their next request (or the next Compact).
   absl::flat_hash_set<std::string> reserved_;
-  SpaceSaving folded_;
+  SpaceSaving<> folded_;
 };
 
 }  // namespace stormwatch

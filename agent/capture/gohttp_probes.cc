@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string_view>
@@ -90,7 +91,13 @@ Result<std::unique_ptr<GoHttpProbes>> GoHttpProbes::Load(size_t ring_buffer_byte
   // perf_event_open waits for an RCU grace period under a kernel-wide mutex, one uprobe after the
   // other (~0.1 s each here: 2.4 s for two targets' 19 uprobes); a uprobe_multi link removes all
   // its uprobes with one wait, outside that mutex, so links destroyed together take one.
-  p->uprobe_multi_ = KernelAtLeast(6, 6);
+  // STORMWATCH_UPROBE_MULTI=0 keeps the per-uprobe path on a 6.6+ kernel: what 5.17-6.5
+  // kernels (Debian 12, Amazon Linux 2023: 6.1) get, so it is tested here too, and a way round
+  // a kernel whose uprobe_multi misbehaves.
+  const char* multi = std::getenv("STORMWATCH_UPROBE_MULTI");
+  p->uprobe_multi_ = KernelAtLeast(6, 6) && !(multi && std::string_view(multi) == "0");
+  spdlog::info("uprobes: {}", p->uprobe_multi_ ? "one uprobe_multi link per program and target"
+                                               : "one perf event per uprobe");
   if (p->uprobe_multi_) {
     bpf_program* prog;
     bpf_object__for_each_program(prog, p->skel_->obj) {

@@ -35,34 +35,30 @@ void ClientPeers::Observe(uint64_t client_key, const std::string& client,
     c.priority_level = *facts.priority_level;
   }
   if (peer_address.empty()) return;
-  const std::string_view ip = EndpointHostView(peer_address);
-  auto it = std::find_if(c.peers.begin(), c.peers.end(), [&](const Peer& p) { return p.ip == ip; });
-  if (it == c.peers.end()) {
-    if (c.peers.size() < kPeersPerClient) {
-      it = c.peers.insert(c.peers.end(), Peer{std::string(ip), "", "", 0});
-    } else {
-      it = std::min_element(c.peers.begin(), c.peers.end(),
-                            [](const Peer& a, const Peer& b) { return a.requests < b.requests; });
-      it->ip = ip;  // inherits the evicted count: an upper bound, as Space-Saving promises
-    }
-  }
-  ++it->requests;
-  if (it->last_peer != peer_address) it->last_peer = peer_address;
-  if (it->last_local != local_address) it->last_local = local_address;
+  PeerConnection* peer = c.peers.Add(EndpointHostView(peer_address));
+  if (peer->last_peer != peer_address) peer->last_peer = peer_address;
+  if (peer->last_local != local_address) peer->last_local = local_address;
 }
 
 nlohmann::json ClientPeers::PeersJson(const Client& c, size_t limit) {
-  std::vector<const Peer*> sorted;
-  for (const Peer& p : c.peers) sorted.push_back(&p);
-  std::sort(sorted.begin(), sorted.end(), [](const Peer* a, const Peer* b) {
-    return a->requests != b->requests ? a->requests > b->requests : a->ip < b->ip;
+  struct Row {
+    std::string_view ip;
+    uint64_t requests;  // Space-Saving's count: an upper bound once the client has had 9+ IPs
+    const PeerConnection* connection;
+  };
+  std::vector<Row> rows;
+  c.peers.ForEach([&](std::string_view ip, uint64_t count, uint64_t, const PeerConnection& pc) {
+    rows.push_back({ip, count, &pc});
+  });
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return a.requests != b.requests ? a.requests > b.requests : a.ip < b.ip;
   });
   nlohmann::json out = nlohmann::json::array();
-  for (size_t i = 0; i < sorted.size() && i < limit; ++i) {
-    out.push_back({{"ip", sorted[i]->ip},
-                   {"requests", sorted[i]->requests},
-                   {"last_peer", sorted[i]->last_peer},
-                   {"last_local", sorted[i]->last_local}});
+  for (size_t i = 0; i < rows.size() && i < limit; ++i) {
+    out.push_back({{"ip", rows[i].ip},
+                   {"requests", rows[i].requests},
+                   {"last_peer", rows[i].connection->last_peer},
+                   {"last_local", rows[i].connection->last_local}});
   }
   return out;
 }

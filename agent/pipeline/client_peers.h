@@ -1,8 +1,9 @@
 // Where each client connects from. Identities say who; when one service account runs in a
 // hundred pods, or a request is anonymous, the peer IP says which pod or node to look at.
-// Per client label, the peer IPs its requests came from: at most kPeersPerClient, kept
-// Space-Saving style (a new IP takes the least-counted slot and inherits its count, so a heavy
-// IP is never lost to many light ones). Clients are bounded the same way, least recent first.
+// Per client label, the peer IPs its requests came from: at most kPeersPerClient, in the
+// agent's Space-Saving sketch (a new IP takes the least-counted slot and inherits its count, so
+// a heavy IP is never lost to many light ones). Clients are bounded by the LRU, least recent
+// first.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include "agent/analysis/record_sink.h"
 #include "agent/core/bounded_lru.h"
+#include "agent/core/space_saving.h"
 
 namespace stormwatch {
 
@@ -78,17 +80,16 @@ class ClientPeers final : public RecordSink {
   uint64_t evictions() const { return clients_.evictions(); }
 
  private:
-  struct Peer {
-    std::string ip;
+  // What is kept per peer IP besides its count: the latest request's connection.
+  struct PeerConnection {
     std::string last_peer;
     std::string last_local;
-    uint64_t requests = 0;
   };
   struct Client {
     std::string name;
     uint64_t requests = 0;
     int64_t last_ns = 0;
-    std::vector<Peer> peers;  // <= kPeersPerClient
+    SpaceSaving<PeerConnection> peers{kPeersPerClient};  // by IP
     // For TopSnapshot.
     uint64_t lists = 0, list_bytes = 0, conflicts = 0, throttled = 0;
     std::string priority_level;     // the latest request's that had one

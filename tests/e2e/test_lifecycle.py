@@ -13,7 +13,9 @@ With real etcd, the stripped test API server and the real agent finding its targ
      agent's fdinfo), before that `anon_inode:[perf_event]` fds in /proc/AGENT/fd and `bpftool
      perf show`, which names the /proc/PID/exe each uprobe was placed through: exactly the
      per-target number for each live target, zero for a target that exited, no growth over
-     exit/restart cycles;
+     exit/restart cycles; the ctest e2e_lifecycle_per_uprobe runs it all again with
+     STORMWATCH_UPROBE_MULTI=0 (the agent's per-uprobe path of 5.17-6.5 kernels) and checks
+     that every uprobe is then a perf event;
   6. the agent itself restarts (SIGTERM, then SIGKILL) under a client loop: none of its BPF
      programs, links or maps remains in the kernel, and after re-attaching it counts exactly
      what the server handled.
@@ -50,6 +52,9 @@ UPGRADE_BUILD = "test-apiserver-go1.23"
 # Entry probes of one target: process_headers + handler_done for each of the two HTTP/2 stacks,
 # HTTP/1.1 read, write and close; plus one per RET of (*connReader).Read, which varies by build.
 ENTRY_PROBES = 2 * 2 + 3
+# The agent attaches one perf event per uprobe before Linux 6.6, or when told to.
+PER_UPROBE_PATH = (tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups()) < (6, 6)
+                   or os.environ.get("STORMWATCH_UPROBE_MULTI") == "0")
 
 
 def server_requests(server_delta):
@@ -324,6 +329,13 @@ class LifecycleEndToEnd(unittest.TestCase):
     def probes_per_target(self, agent, pid):
         probes = self.uprobes_by_target(agent)[pid]
         self.assertGreater(probes, ENTRY_PROBES, "HTTP/2 x2, HTTP/1.1 entries and at least one RET")
+        # The way they were attached: perf events before Linux 6.6 or when the per-uprobe path
+        # is forced (STORMWATCH_UPROBE_MULTI=0, the ctest e2e_lifecycle_per_uprobe), else links.
+        _, perf = agent_uprobes(agent.proc.pid)
+        if PER_UPROBE_PATH:
+            self.assertEqual(perf, sum(self.uprobes_by_target(agent).values()), "every uprobe a perf event")
+        else:
+            self.assertEqual(perf, 0, "uprobe_multi links only")
         return probes
 
     def wait_detached(self, agent, watch, pid, exited, remaining):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One fuzz target for a while on a scratch copy of its seeds (docs/fuzzing.md):
 #   run_target.sh BINARY SEEDS_DIR SECONDS WORK_DIR
+# With FUZZ_RUNS=N the run stops after N executions instead (SECONDS is then only a ceiling).
 # WORK_DIR gets corpus/ (the seeds plus what the run found), the log, and any reproducer
 # (crash-*, leak-*, oom-*, timeout-*). Prints the target's execs/s and total execs; exits
 # non-zero on any crash, leak, OOM or timeout.
@@ -10,7 +11,9 @@ name=$(basename "$bin")
 rm -rf "$work/corpus" && mkdir -p "$work/corpus"
 if [ -d "$seeds" ]; then cp -r "$seeds"/. "$work/corpus/"; fi
 log="$work/$name.log"
-"$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+runs=()
+if [ -n "${FUZZ_RUNS:-}" ]; then runs=(-runs="$FUZZ_RUNS"); fi
+"$bin" -max_total_time="$seconds" "${runs[@]}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
   -artifact_prefix="$work/" "$work/corpus" >"$log" 2>&1
 rc=$?
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
