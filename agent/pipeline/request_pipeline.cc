@@ -62,9 +62,17 @@ IdentityRef RequestPipeline::Resolve(const RequestConnection& connection,
 
 void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
   ++stats_.events;
-  if (bytes.size() >= sizeof(uint32_t)) {
-    uint32_t type;
-    std::memcpy(&type, bytes.data(), sizeof(type));
+  if (bytes.size() >= sizeof(sw_event_header)) {
+    sw_event_header header;
+    std::memcpy(&header, bytes.data(), sizeof(header));
+    // bpf_ktime_get_ns counts from boot: 2^62 ns is 146 years. A record past it is corrupt,
+    // and its time, cast to the signed nanoseconds every detector computes windows in, would
+    // overflow their arithmetic.
+    if (header.ts_ns > kLatestPlausibleEventNs) {
+      ++stats_.decode_errors;
+      return;
+    }
+    const uint32_t type = header.type;
     if (type == SW_EV_GRPC_CALL || type == SW_EV_GRPC_DONE) {
       auto grpc = DecodeGrpcEvent(bytes);
       if (!grpc) {

@@ -49,6 +49,9 @@ class IdentityCache {
   uint64_t hits_ = 0, misses_ = 0;
 };
 
+// Records stamped later than this (ns since boot) are refused as corrupt: see OnEvent.
+inline constexpr uint64_t kLatestPlausibleEventNs = uint64_t{1} << 62;
+
 struct PipelineStats {
   uint64_t events = 0;
   uint64_t decode_errors = 0;

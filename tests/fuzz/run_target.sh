@@ -2,6 +2,8 @@
 # One fuzz target for a while on a scratch copy of its seeds (docs/fuzzing.md):
 #   run_target.sh BINARY SEEDS_DIR SECONDS WORK_DIR
 # With FUZZ_RUNS=N the run stops after N executions instead (SECONDS is then only a ceiling).
+# With FUZZ_SEED=N the run's random choices start from seed N (the ctest smoke fixes it, so a
+# CI run explores what the previous one did; long runs leave it random to find new inputs).
 # WORK_DIR gets corpus/ (the seeds plus what the run found), the log, and any reproducer
 # (crash-*, leak-*, oom-*, timeout-*). Prints the target's execs/s and total execs; exits
 # non-zero on any crash, leak, OOM or timeout.
@@ -13,6 +15,7 @@ if [ -d "$seeds" ]; then cp -r "$seeds"/. "$work/corpus/"; fi
 log="$work/$name.log"
 runs=()
 if [ -n "${FUZZ_RUNS:-}" ]; then runs=(-runs="$FUZZ_RUNS"); fi
+if [ -n "${FUZZ_SEED:-}" ]; then runs+=(-seed="$FUZZ_SEED"); fi
 "$bin" -max_total_time="$seconds" "${runs[@]}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
   -artifact_prefix="$work/" "$work/corpus" >"$log" 2>&1
 rc=$?

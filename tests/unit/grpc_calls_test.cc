@@ -181,6 +181,26 @@ TEST(PipelineEtcd, CountsByMethodResourceClientAndCode) {
   EXPECT_EQ(pipeline.stats().etcd_calls, 3u);
 }
 
+// A record stamped past 2^62 ns since boot is corrupt: refused and counted before any detector
+// turns its time into signed windows (the fuzzer's ring events overflowed one at 2^63 - 4000).
+TEST(PipelineEtcd, RecordsWithImplausibleTimesAreRefusedAndCounted) {
+  PrometheusExporter exporter;
+  MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
+  pipeline.SetEtcdMessageTypes(42, Types());
+  const uint64_t corrupt = ~uint64_t{0} - 3999;  // -4000 as a signed time
+  pipeline.OnEvent(Call(1, corrupt, "/etcdserverpb.KV/Range", kRangeType, "/registry/pods/", ""));
+  pipeline.OnEvent(Done(1, corrupt + 10, 0, kRangeRespType));
+  pipeline.OnEvent(Call(2, kLatestPlausibleEventNs + 1, "/etcdserverpb.KV/Range", kRangeType, "/registry/pods/", ""));
+  EXPECT_EQ(pipeline.stats().decode_errors, 3u);
+  EXPECT_EQ(pipeline.stats().etcd_calls, 0u);
+  // The last plausible time still counts.
+  pipeline.OnEvent(Call(3, kLatestPlausibleEventNs - 10, "/etcdserverpb.KV/Range", kRangeType, "/registry/pods/", ""));
+  pipeline.OnEvent(Done(3, kLatestPlausibleEventNs, 0, kRangeRespType));
+  pipeline.Tick(static_cast<int64_t>(kLatestPlausibleEventNs));
+  EXPECT_EQ(pipeline.stats().decode_errors, 3u);
+  EXPECT_EQ(pipeline.stats().etcd_calls, 1u);
+}
+
 TEST(PipelineEtcd, ResourceLabelsAreBounded) {
   PrometheusExporter exporter;
   MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
