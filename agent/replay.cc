@@ -95,9 +95,10 @@ Result<ReplayStats> ReplayCapture(CaptureReader& reader, RequestPipeline& pipeli
     auto next = reader.Next();
     if (!next) return next.error();
     if (!*next) break;
-    const uint64_t end_ns = std::visit([](const auto& r) { return uint64_t{r.end_ns}; }, **next);
-    if (end_ns > kMaxTimeNs) {
-      return Error{"a record ends at " + std::to_string(end_ns) +
+    const auto [start_ns, end_ns] = std::visit(
+        [](const auto& r) { return std::pair<uint64_t, uint64_t>(r.start_ns, r.end_ns); }, **next);
+    if (std::max(start_ns, end_ns) > kMaxTimeNs) {
+      return Error{"a record spans " + std::to_string(start_ns) + ".." + std::to_string(end_ns) +
                    " ns, past any monotonic clock: a corrupt capture file"};
     }
     const int64_t end = static_cast<int64_t>(end_ns);

@@ -242,13 +242,14 @@ TEST(CaptureFile, WhatIsNotACaptureIsRefused) {
 // second by second (it took hours), and a time past any monotonic clock is refused.
 TEST(CaptureFile, ReplayOfClockJumpsIsBoundedAndOutOfRangeTimesRefused) {
   const std::string path = TempPath("clock");
-  auto replay = [&](std::vector<uint64_t> ends) {
+  auto replay = [&](std::vector<uint64_t> ends, uint64_t last_start = 0) {
     {
       auto w = CaptureWriter::Open(path, {}, 0);
       EXPECT_TRUE(w.ok());
       for (size_t i = 0; i < ends.size(); ++i) {
         RequestRecord r = Request(static_cast<int>(i));
         r.start_ns = r.end_ns = ends[i];
+        if (i + 1 == ends.size() && last_start != 0) r.start_ns = last_start;
         (*w)->Write(r);
       }
     }
@@ -265,6 +266,9 @@ TEST(CaptureFile, ReplayOfClockJumpsIsBoundedAndOutOfRangeTimesRefused) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
   auto out_of_range = replay({1'000'000'000ull, uint64_t{1} << 63});
   EXPECT_FALSE(out_of_range.ok());
+  auto start_out_of_range = replay({1'000'000'000ull, 2'000'000'000ull}, ~uint64_t{0} - 3999);
+  ASSERT_FALSE(start_out_of_range.ok());
+  EXPECT_NE(start_out_of_range.error().message.find("corrupt capture file"), std::string::npos);
   std::filesystem::remove(path);
 }
 
