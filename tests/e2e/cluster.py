@@ -355,6 +355,13 @@ class Cluster:
         self._wait_until(lambda: harness.poll() is None and self._http_ok(self.base_url + "/readyz", ctx),
                          self.apiserver, "apiserver.log", "apiextensions-apiserver", timeout=60)
 
+    def restart_apiextensions(self):
+        """Starts the real API server again (after it died) from TMP/bin/NAME, with a harness of
+        its own, on new ports: base_url, apiserver_pid and the admin kubeconfig name the new one
+        (kubeconfigs made before still name the old port: make them again)."""
+        self._start_apiextensions()
+        self.admin_kubeconfig = self.kubeconfig_cert(self.admin_cert, self.admin_key)
+
     def apiserver_metrics(self):
         """The API server's own /metrics, read with the admin certificate."""
         ctx = ssl.create_default_context(cafile=self.ca_file)

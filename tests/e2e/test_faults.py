@@ -102,7 +102,9 @@ def lost_delta(after, before):
     return {c: n - before.get(c, 0) for c, n in after.items() if n != before.get(c, 0)}
 
 
-class FaultsEndToEnd(unittest.TestCase):
+class FaultMatrix(unittest.TestCase):
+    """The cluster, the agent and the helpers every fault case uses; the cases are in the
+    subclasses (FaultsEndToEnd here, on the test API server; test_faults_real on the real one)."""
     maxDiff = None
 
     def setUp(self):
@@ -249,13 +251,83 @@ class FaultsEndToEnd(unittest.TestCase):
             r = self.cluster.kubectl(*args, kubeconfig=self.kubeconfig)
             self.assertEqual(r.returncode, 0, "%s: %s" % (args, r.stderr))
 
+    def request_loop(self):
+        return RequestLoop(self.cluster.base_url, self.cluster.ca_file, self.token)
+
+    def wait_loop(self, loop, n, timeout=20):
+        target = loop.sent + n
+        deadline = time.monotonic() + timeout
+        while loop.sent < target and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertGreaterEqual(loop.sent, target, "request loop stalled: %s" % loop.errors[-3:])
+
+    def etcd_streams_handled(self):
+        """etcd's own count of finished stream calls (grpc_server_handled_total, streams)."""
+        n = 0
+        for line in self.cluster.etcd_metrics().splitlines():
+            if line.startswith("grpc_server_handled_total{") and '_stream"' in line:
+                n += int(float(line.rsplit(" ", 1)[1]))
+        return n
+
+    # ---- e. SIGTERM / SIGINT ----
+
+    def stop_under_load(self, sig, then=None):
+        c = self.cluster
+        before = kernel_objects()
+        agent, watch = self.start_agent(extra=["--log-level", "debug"])
+        probes = self.attached_probes(agent, watch, [c.apiserver_pid, self.etcd_pid()])
+        loop = self.request_loop().start()
+        self.addCleanup(loop.stop)
+        self.wait_loop(loop, 50)
+        pid = agent.proc.pid
+        objects = bpf_objects(pid)
+        self.assertTrue(objects["link_id"], "BPF links for the uprobes")
+        watch.stop()
+        sent = time.monotonic()
+        os.kill(pid, sig)
+        if then:  # a second signal while it stops
+            time.sleep(0.02)
+            try:
+                os.kill(pid, then)
+            except ProcessLookupError:
+                pass
+        code = agent.proc.wait(timeout=10)
+        exit_s = time.monotonic() - sent
+        loop.stop()
+        agent.stop()
+        # The kernel frees maps (and a killed process's programs) a moment after the exit.
+        deadline = time.monotonic() + 5
+        while True:
+            after = kernel_objects()
+            left = {k: after[k] & objects[k] for k in ("prog_id", "link_id", "map_id")}
+            if not any(left.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        released_s = time.monotonic() - sent
+        uprobes = ([e for e in after["perf"] if e["pid"] == pid] + uprobes_left_on(c.apiserver_pid) +
+                   uprobes_left_on(self.etcd_pid()))
+        self.assertIn(code, (0, -then) if then == signal.SIGKILL else (0,), agent.stderr()[-3000:])
+        self.assertEqual(left, {"prog_id": set(), "link_id": set(), "map_id": set()})
+        self.assertEqual(uprobes, [])
+        new = {k: len(after[k] - before[k]) for k in ("prog_id", "link_id", "map_id")}
+        print("\ne. %s%s with %d uprobes on 2 targets under a client loop: exit %d after %.3f s; %d programs, "
+              "%d links, %d maps released %.2f s after the signal; kernel objects not there before: %s "
+              "(other processes')"
+              % (signal.Signals(sig).name, " then %s 20 ms later" % signal.Signals(then).name if then else "",
+                 sum(probes.values()), code, exit_s, len(objects["prog_id"]),
+                 len(objects["link_id"]), len(objects["map_id"]), released_s, new), file=sys.stderr)
+        self.assertLess(exit_s, MAX_EXIT_S, "\n".join(l for l in agent.stderr().splitlines()[-40:] if "libbpf" not in l))
+        return exit_s
+
+
+class FaultsEndToEnd(FaultMatrix):
     # ---- a. target stopped ----
 
     def test_a_target_stopped_and_resumed(self):
         c = self.cluster
         agent, watch = self.start_agent()
         probes = self.attached_probes(agent, watch, [c.apiserver_pid, self.etcd_pid()])
-        loop = RequestLoop(c.base_url, c.ca_file, self.token).start()
+        loop = self.request_loop().start()
         self.addCleanup(loop.stop)
         self.wait_loop(loop, 50)
         loop.pause()
@@ -289,13 +361,6 @@ class FaultsEndToEnd(unittest.TestCase):
         print("\na. target SIGSTOPped %.1f s with 2 requests in flight: %d requests exact after SIGCONT, "
               "0 lost, healthy and ready throughout, %s uprobes kept"
               % (3.0, counted, probes), file=sys.stderr)
-
-    def wait_loop(self, loop, n, timeout=20):
-        target = loop.sent + n
-        deadline = time.monotonic() + timeout
-        while loop.sent < target and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertGreaterEqual(loop.sent, target, "request loop stalled: %s" % loop.errors[-3:])
 
     # ---- b. target killed mid-request ----
 
@@ -359,14 +424,6 @@ class FaultsEndToEnd(unittest.TestCase):
               "%.2f s after the kill, its %d BPF map entries removed; re-attached, %d requests exact"
               % (h2, h1, h2, h1, streams_ended, gone, probes[old_pid], detached, bpf_state, counted),
               file=sys.stderr)
-
-    def etcd_streams_handled(self):
-        """etcd's own count of finished stream calls (grpc_server_handled_total, streams)."""
-        n = 0
-        for line in self.cluster.etcd_metrics().splitlines():
-            if line.startswith("grpc_server_handled_total{") and '_stream"' in line:
-                n += int(float(line.rsplit(" ", 1)[1]))
-        return n
 
     # ---- c. memory limit ----
 
@@ -518,54 +575,6 @@ class FaultsEndToEnd(unittest.TestCase):
               "exact" % (hidden.pid, len(log), counted), file=sys.stderr)
 
     # ---- e. SIGTERM / SIGINT ----
-
-    def stop_under_load(self, sig, then=None):
-        c = self.cluster
-        before = kernel_objects()
-        agent, watch = self.start_agent(extra=["--log-level", "debug"])
-        probes = self.attached_probes(agent, watch, [c.apiserver_pid, self.etcd_pid()])
-        loop = RequestLoop(c.base_url, c.ca_file, self.token).start()
-        self.addCleanup(loop.stop)
-        self.wait_loop(loop, 50)
-        pid = agent.proc.pid
-        objects = bpf_objects(pid)
-        self.assertTrue(objects["link_id"], "BPF links for the uprobes")
-        watch.stop()
-        sent = time.monotonic()
-        os.kill(pid, sig)
-        if then:  # a second signal while it stops
-            time.sleep(0.02)
-            try:
-                os.kill(pid, then)
-            except ProcessLookupError:
-                pass
-        code = agent.proc.wait(timeout=10)
-        exit_s = time.monotonic() - sent
-        loop.stop()
-        agent.stop()
-        # The kernel frees maps (and a killed process's programs) a moment after the exit.
-        deadline = time.monotonic() + 5
-        while True:
-            after = kernel_objects()
-            left = {k: after[k] & objects[k] for k in ("prog_id", "link_id", "map_id")}
-            if not any(left.values()) or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        released_s = time.monotonic() - sent
-        uprobes = ([e for e in after["perf"] if e["pid"] == pid] + uprobes_left_on(c.apiserver_pid) +
-                   uprobes_left_on(self.etcd_pid()))
-        self.assertIn(code, (0, -then) if then == signal.SIGKILL else (0,), agent.stderr()[-3000:])
-        self.assertEqual(left, {"prog_id": set(), "link_id": set(), "map_id": set()})
-        self.assertEqual(uprobes, [])
-        new = {k: len(after[k] - before[k]) for k in ("prog_id", "link_id", "map_id")}
-        print("\ne. %s%s with %d uprobes on 2 targets under a client loop: exit %d after %.3f s; %d programs, "
-              "%d links, %d maps released %.2f s after the signal; kernel objects not there before: %s "
-              "(other processes')"
-              % (signal.Signals(sig).name, " then %s 20 ms later" % signal.Signals(then).name if then else "",
-                 sum(probes.values()), code, exit_s, len(objects["prog_id"]),
-                 len(objects["link_id"]), len(objects["map_id"]), released_s, new), file=sys.stderr)
-        self.assertLess(exit_s, MAX_EXIT_S, "\n".join(l for l in agent.stderr().splitlines()[-40:] if "libbpf" not in l))
-        return exit_s
 
     def test_e_sigterm_exits_within_1s(self):
         self.stop_under_load(signal.SIGTERM)

@@ -186,7 +186,8 @@ class RequestLoop:
 
     PATHS = ("/api/v1/namespaces/default/configmaps", "/api/v1/namespaces/default/configmaps/lifecycle-missing")
 
-    def __init__(self, base_url, ca_file, token_file):
+    def __init__(self, base_url, ca_file, token_file, paths=None):
+        self.paths = paths or self.PATHS
         self.port = int(base_url.rsplit(":", 1)[1])
         self.context = ssl.create_default_context(cafile=ca_file)
         with open(token_file) as f:
@@ -226,7 +227,7 @@ class RequestLoop:
                 self._idle.set()
                 self._running.wait(0.1)
                 continue
-            path = self.PATHS[self.sent % len(self.PATHS)]
+            path = self.paths[self.sent % len(self.paths)]
             try:
                 conn.request("GET", path, headers=self._auth)
                 response = conn.getresponse()
