@@ -10,12 +10,22 @@ namespace stormwatch {
 ClientCap::ClientCap(size_t max_clients, int64_t idle_ns)
     : max_clients_(max_clients), idle_ns_(idle_ns), folded_(4 * max_clients) {}
 
-void ClientCap::Admit(const std::string& client, uint64_t recent) {
+void ClientCap::AdmitWith(std::string_view client, uint64_t recent) {
   admitted_.emplace(client, Activity{.recent = recent});
 }
 
-bool ClientCap::Admit(const std::string& client, bool is_request) {
-  if (client == kOtherClient) return true;
+bool ClientCap::Admit(std::string_view client, bool is_request) {
+  if (!is_request && last_valid_ && client == last_client_) return last_admitted_;
+  last_admitted_ = Decide(client, is_request);
+  last_client_.assign(client);
+  last_valid_ = true;
+  return last_admitted_;
+}
+
+bool ClientCap::Decide(std::string_view client_view, bool is_request) {
+  if (client_view == kOtherClient) return true;
+  // Debian's Abseil has its own string_view: the maps look up by that one.
+  const absl::string_view client(client_view.data(), client_view.size());
   if (auto it = admitted_.find(client); it != admitted_.end()) {
     it->second.recent += is_request;
     it->second.seen = true;
@@ -25,19 +35,20 @@ bool ClientCap::Admit(const std::string& client, bool is_request) {
   if (auto it = reserved_.empty() ? reserved_.end() : reserved_.find(client); it != reserved_.end()) {
     reserved_.erase(it);
     // Carries its folded count over, so it is compared with admitted clients fairly.
-    Admit(client, folded_.Guaranteed(client) + is_request);
-    folded_.Erase(client);
+    AdmitWith(client_view, folded_.Guaranteed(client_view) + is_request);
+    folded_.Erase(client_view);
     return true;
   }
   if (admitted_.size() + reserved_.size() < max_clients_) {
-    Admit(client, uint64_t{is_request});
+    AdmitWith(client_view, uint64_t{is_request});
     return true;
   }
-  if (is_request) folded_.Add(client);
+  if (is_request) folded_.Add(client_view);
   return false;
 }
 
 std::vector<std::string> ClientCap::Compact(int64_t now_ns) {
+  last_valid_ = false;
   std::vector<std::string> ended;
   for (auto it = admitted_.begin(); it != admitted_.end();) {
     Activity& a = it->second;

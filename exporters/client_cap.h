@@ -37,8 +37,9 @@ class ClientCap {
   ClientCap(size_t max_clients, int64_t idle_ns);
 
   // Whether `client` has its own series. `is_request` counts one request towards its activity
-  // (other observations of the same request only ask).
-  bool Admit(const std::string& client, bool is_request);
+  // (other observations of the same request only ask: answered from the last answer when they
+  // ask about the same client, as the families of one request do).
+  bool Admit(std::string_view client, bool is_request);
   // Ends idle clients, reserves free slots for the heaviest folded clients and lets much
   // heavier folded clients displace the least active admitted ones. Returns the clients whose
   // series must end.
@@ -54,7 +55,8 @@ class ClientCap {
     bool seen = true;       // since the last Compact
     int64_t last_seen_ns = 0;
   };
-  void Admit(const std::string& client, uint64_t recent);
+  void AdmitWith(std::string_view client, uint64_t recent);
+  bool Decide(std::string_view client, bool is_request);
 
   size_t max_clients_;
   int64_t idle_ns_;
@@ -62,6 +64,11 @@ class ClientCap {
   // Slots kept free for heavy folded clients until their next request (or the next Compact).
   absl::flat_hash_set<std::string> reserved_;
   SpaceSaving<> folded_;
+  // The last client asked about and the answer; forgotten by Compact, the only place an
+  // answer changes other than through Admit itself.
+  std::string last_client_;
+  bool last_admitted_ = false;
+  bool last_valid_ = false;
 };
 
 }  // namespace stormwatch

@@ -21,7 +21,7 @@ constexpr const char* kClientFamilyNames[] = {
     "stormwatch_etcd_range_bytes_total", "stormwatch_etcd_stream_messages_total"};
 constexpr char kExemptFamilyName[] = "stormwatch_exempt_client_requests_total";
 
-std::string OrUnknown(const std::string& value) { return value.empty() ? "unknown" : value; }
+std::string OrUnknown(std::string_view value) { return value.empty() ? "unknown" : std::string(value); }
 
 }  // namespace
 
@@ -234,15 +234,14 @@ const std::string& PrometheusExporter::Key(std::initializer_list<std::string_vie
 
 template <typename MakeLabels>
 prometheus::Counter& PrometheusExporter::ClientCounter(ClientFamily family,
-                                                       const std::string& client, bool admitted,
+                                                       std::string_view client, bool admitted,
                                                        const std::string& key,
                                                        MakeLabels make_labels) {
-  static const std::string kOther = kOtherClient;
-  const std::string& label = admitted ? client : kOther;
+  const std::string_view label = admitted ? client : std::string_view(kOtherClient);
   if (!admitted) folded_counters_[family]->Increment();
   // The previous call's client is most often this one's (a request counts in several families).
   if (last_client_ == nullptr || last_client_->first != label) {
-    last_client_ = &*client_counters_.try_emplace(label).first;
+    last_client_ = &*client_counters_.try_emplace(absl::string_view(label.data(), label.size())).first;
   }
   auto& counters = last_client_->second[family];
   auto it = counters.find(key);
@@ -251,7 +250,7 @@ prometheus::Counter& PrometheusExporter::ClientCounter(ClientFamily family,
       client_series_gauges_[family]->Set(static_cast<double>(++clients_per_family_[family]));
     }
     Labels labels = make_labels();
-    labels["client"] = label;
+    labels["client"] = std::string(label);
     it = counters.emplace(key, &client_families_[family]->Add(labels)).first;
   }
   return *it->second;
@@ -299,9 +298,10 @@ void PrometheusExporter::Compact(int64_t now_ns) {
 
 void PrometheusExporter::CountRequest(const RequestLabels& l, uint64_t response_bytes) {
   auto labels = [&l] {
-    return Labels{{"verb", l.verb},         {"group", l.group},
-                  {"version", l.version},   {"resource", l.resource},
-                  {"subresource", l.subresource}, {"scope", l.scope}, {"code", l.code}};
+    auto s = [](std::string_view v) { return std::string(v); };
+    return Labels{{"verb", s(l.verb)},         {"group", s(l.group)},
+                  {"version", s(l.version)},   {"resource", s(l.resource)},
+                  {"subresource", s(l.subresource)}, {"scope", s(l.scope)}, {"code", s(l.code)}};
   };
   std::lock_guard lock(mu_);
   const std::string& key = Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope, l.code});
@@ -313,23 +313,23 @@ void PrometheusExporter::CountRequest(const RequestLabels& l, uint64_t response_
   }
 }
 
-void PrometheusExporter::CountList(const std::string& client, const std::string& group,
-                                   const std::string& resource, const std::string& scope,
-                                   const std::string& consistency, bool paginated) {
+void PrometheusExporter::CountList(std::string_view client, std::string_view group,
+                                   std::string_view resource, std::string_view scope,
+                                   std::string_view consistency, bool paginated) {
   std::lock_guard lock(mu_);
   const std::string& key = Key({group, resource, scope, consistency, paginated ? "p" : "u"});
   bool admitted = cap_.Admit(client, /*is_request=*/false);
   ClientCounter(kLists, client, admitted, key, [&] {
-    return Labels{{"group", group},
-                  {"resource", resource},
-                  {"scope", scope},
-                  {"consistency", consistency},
+    return Labels{{"group", std::string(group)},
+                  {"resource", std::string(resource)},
+                  {"scope", std::string(scope)},
+                  {"consistency", std::string(consistency)},
                   {"paginated", paginated ? "true" : "false"}};
   }).Increment();
 }
 
-void PrometheusExporter::CountApf(const std::string& client, const std::string& priority_level,
-                                  const std::string& flow_schema) {
+void PrometheusExporter::CountApf(std::string_view client, std::string_view priority_level,
+                                  std::string_view flow_schema) {
   std::lock_guard lock(mu_);
   const std::string& key = Key({priority_level, flow_schema});
   bool admitted = cap_.Admit(client, /*is_request=*/false);
@@ -339,17 +339,17 @@ void PrometheusExporter::CountApf(const std::string& client, const std::string& 
   }).Increment();
 }
 
-void PrometheusExporter::CountThrottled(const std::string& client,
-                                        const std::string& priority_level, int retry_after_s) {
+void PrometheusExporter::CountThrottled(std::string_view client, std::string_view priority_level,
+                                        int retry_after_s) {
   // APF answers Retry-After in whole seconds, usually 1.
   static const prometheus::Histogram::BucketBoundaries kBuckets = {1, 2, 5, 10, 30, 60, 120, 300};
   std::lock_guard lock(mu_);
   bool admitted = cap_.Admit(client, /*is_request=*/false);
-  ClientCounter(kThrottled, client, admitted, priority_level, [&] {
+  ClientCounter(kThrottled, client, admitted, Key({priority_level}), [&] {
     return Labels{{"priority_level", OrUnknown(priority_level)}};
   }).Increment();
   if (retry_after_s < 0) return;
-  auto it = retry_after_cache_.find(priority_level);
+  auto it = retry_after_cache_.find(absl::string_view(priority_level.data(), priority_level.size()));
   if (it == retry_after_cache_.end()) {
     it = retry_after_cache_
              .emplace(priority_level,
@@ -359,8 +359,8 @@ void PrometheusExporter::CountThrottled(const std::string& client,
   it->second->Observe(retry_after_s);
 }
 
-void PrometheusExporter::CountWatch(const std::string& client, const std::string& group,
-                                    const std::string& resource, double duration_s,
+void PrometheusExporter::CountWatch(std::string_view client, std::string_view group,
+                                    std::string_view resource, double duration_s,
                                     bool send_initial_events) {
   // Watches end at the server's timeout (--min-request-timeout 1800 s by default, randomised)
   // or earlier; short ones hint at relist churn.
@@ -369,8 +369,8 @@ void PrometheusExporter::CountWatch(const std::string& client, const std::string
   std::lock_guard lock(mu_);
   bool admitted = cap_.Admit(client, /*is_request=*/false);
   ClientCounter(kWatches, client, admitted, Key({group, resource, send_initial_events ? "true" : "false"}), [&] {
-    return Labels{{"group", group},
-                  {"resource", resource},
+    return Labels{{"group", std::string(group)},
+                  {"resource", std::string(resource)},
                   {"send_initial_events", send_initial_events ? "true" : "false"}};
   }).Increment();
   const std::string& resource_key = Key({group, resource});
@@ -378,7 +378,8 @@ void PrometheusExporter::CountWatch(const std::string& client, const std::string
   if (it == watch_duration_cache_.end()) {
     it = watch_duration_cache_
              .emplace(resource_key,
-                      &watch_duration_->Add({{"group", group}, {"resource", resource}}, kBuckets))
+                      &watch_duration_->Add({{"group", std::string(group)}, {"resource", std::string(resource)}},
+                                            kBuckets))
              .first;
   }
   it->second->Observe(duration_s);
@@ -491,8 +492,8 @@ void PrometheusExporter::ObserveEtcdDuration(const std::string& method, const st
   it->second->Observe(seconds);
 }
 
-void PrometheusExporter::ObserveDuration(const std::string& verb, const std::string& group,
-                                         const std::string& resource, double seconds) {
+void PrometheusExporter::ObserveDuration(std::string_view verb, std::string_view group,
+                                         std::string_view resource, double seconds) {
   // apiserver_request_duration_seconds' buckets, so the two line up.
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3,
@@ -502,7 +503,9 @@ void PrometheusExporter::ObserveDuration(const std::string& verb, const std::str
   auto it = duration_cache_.find(key);
   if (it == duration_cache_.end()) {
     it = duration_cache_
-             .emplace(key, &duration_->Add({{"verb", verb}, {"group", group}, {"resource", resource}},
+             .emplace(key, &duration_->Add({{"verb", std::string(verb)},
+                                            {"group", std::string(group)},
+                                            {"resource", std::string(resource)}},
                                            kBuckets))
              .first;
   }

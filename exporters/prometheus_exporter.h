@@ -35,9 +35,10 @@ struct mg_connection;
 
 namespace stormwatch {
 
-// Labels of stormwatch_requests_total: `client` plus apiserver_request_total's labels.
+// Labels of stormwatch_requests_total: `client` plus apiserver_request_total's labels (views:
+// valid for the call).
 struct RequestLabels {
-  std::string client, verb, group, version, resource, subresource, scope, code;
+  std::string_view client, verb, group, version, resource, subresource, scope, code;
 };
 
 struct ClientSeriesLimits {
@@ -83,11 +84,11 @@ class PrometheusExporter {
   // other) and what it gave (object, partial, not_object, unreadable).
   void CountResponseBody(std::string_view encoding, std::string_view result);
   // LISTs by how much they cost: consistent (etcd) or from the cache, paginated or not.
-  void CountList(const std::string& client, const std::string& group, const std::string& resource,
-                 const std::string& scope, const std::string& consistency, bool paginated);
+  void CountList(std::string_view client, std::string_view group, std::string_view resource,
+                 std::string_view scope, std::string_view consistency, bool paginated);
   // Latency as apiserver_request_duration_seconds has it (no client label: bounded series).
-  void ObserveDuration(const std::string& verb, const std::string& group,
-                       const std::string& resource, double seconds);
+  void ObserveDuration(std::string_view verb, std::string_view group, std::string_view resource,
+                       double seconds);
   void SetStormActive(const std::map<std::string, std::string>& labels, bool active);
   void CountStormStarted(const std::string& storm);
   // Adds a cumulative count observed elsewhere (BPF maps) as a delta.
@@ -100,11 +101,10 @@ class PrometheusExporter {
   void ObserveTargetPlanning(const std::string& target, double seconds);
 
   // APF classification of a request (response headers); "" = unknown.
-  void CountApf(const std::string& client, const std::string& priority_level,
-                const std::string& flow_schema);
+  void CountApf(std::string_view client, std::string_view priority_level,
+                std::string_view flow_schema);
   // A 429 and its Retry-After (seconds; negative when absent).
-  void CountThrottled(const std::string& client, const std::string& priority_level,
-                      int retry_after_s);
+  void CountThrottled(std::string_view client, std::string_view priority_level, int retry_after_s);
   // Requests of an exempt client per reason (priority_level_exempt or system_masters), as the
   // detector counts them: `cumulative` since `since_ns` (a new since_ns: the detector forgot
   // the client and counts afresh), published once a second; the counter grows by the
@@ -117,7 +117,7 @@ class PrometheusExporter {
   // Alertmanager notifications so far (cumulative).
   void SetAlertmanagerStats(uint64_t sent, uint64_t failed, uint64_t dropped);
   // A finished WATCH: how long it stayed open, and whether it was a streaming LIST.
-  void CountWatch(const std::string& client, const std::string& group, const std::string& resource,
+  void CountWatch(std::string_view client, std::string_view group, std::string_view resource,
                   double duration_s, bool send_initial_events);
 
   // About once a minute: ends the series of idle clients (making room for heavy hitters
@@ -140,7 +140,7 @@ class PrometheusExporter {
   // The counter of `client` (or of "other" when it is not admitted) in `family`; `labels`
   // (without client) are only built when the series is new.
   template <typename MakeLabels>
-  prometheus::Counter& ClientCounter(ClientFamily family, const std::string& client, bool admitted,
+  prometheus::Counter& ClientCounter(ClientFamily family, std::string_view client, bool admitted,
                                      const std::string& key, MakeLabels make_labels);
   void EndClientSeries(const std::string& client);
   // `values` joined by \x1f into key_ (reused: no allocation per request); under mu_.

@@ -1,5 +1,6 @@
 #include "exporters/request_metrics.h"
 
+#include <charconv>
 #include <string>
 
 #include "agent/analysis/exempt_client_detector.h"
@@ -24,10 +25,13 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
     exporter_->CountResponseBody(BodyEncodingName(r.body_read->encoding),
                                  BodyFactsResultName(r.body_read->result));
   }
-  MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
+  const MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
   const std::string& client = ClientLabel(r.identity);
+  char code[16];
+  const auto printed = std::to_chars(code, code + sizeof(code), r.status);
   exporter_->CountRequest(RequestLabels{client, m.verb, m.group, m.version, m.resource,
-                                        m.subresource, m.scope, std::to_string(r.status)},
+                                        m.subresource, m.scope,
+                                        std::string_view(code, printed.ptr - code)},
                           r.response_bytes);
   if (r.info.verb == "list") {
     exporter_->CountList(client, m.group, m.resource, m.scope,

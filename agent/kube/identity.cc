@@ -320,24 +320,44 @@ Identity FromAuthorization(std::string_view authorization) {
 
 }  // namespace
 
-uint64_t SipHash24(uint64_t k0, uint64_t k1, std::string_view data) {
-  // libsodium's crypto_shorthash_siphash24 is SipHash-2-4; the key and the result are
-  // little-endian byte strings, as in the reference code.
-  unsigned char key[crypto_shorthash_siphash24_KEYBYTES];
+namespace {
+
+// SipHash-2-4 with a 16-byte key as the reference code takes it (little-endian k0, k1).
+using SipKey = std::array<unsigned char, crypto_shorthash_siphash24_KEYBYTES>;
+
+SipKey SipKeyBytes(uint64_t k0, uint64_t k1) {
+  SipKey key;
   for (int i = 0; i < 8; ++i) {
     key[i] = static_cast<unsigned char>(k0 >> (8 * i));
     key[8 + i] = static_cast<unsigned char>(k1 >> (8 * i));
   }
+  return key;
+}
+
+uint64_t SipHash24(const SipKey& key, std::string_view data) {
   unsigned char out[crypto_shorthash_siphash24_BYTES];
-  crypto_shorthash_siphash24(out, reinterpret_cast<const unsigned char*>(data.data()), data.size(), key);
+  crypto_shorthash_siphash24(out, reinterpret_cast<const unsigned char*>(data.data()), data.size(),
+                             key.data());
   uint64_t h = 0;
   for (int i = 0; i < 8; ++i) h |= static_cast<uint64_t>(out[i]) << (8 * i);
   return h;
 }
 
+}  // namespace
+
+uint64_t SipHash24(uint64_t k0, uint64_t k1, std::string_view data) {
+  // libsodium's crypto_shorthash_siphash24 is SipHash-2-4; the key and the result are
+  // little-endian byte strings, as in the reference code.
+  return SipHash24(SipKeyBytes(k0, k1), data);
+}
+
 uint64_t KeyedHash(std::string_view data) {
-  const HashKey& key = ProcessKey();
-  return SipHash24(key.k0, key.k1, data);
+  // The process key's bytes, once: this runs several times per request.
+  static const SipKey key = [] {
+    const HashKey& k = ProcessKey();
+    return SipKeyBytes(k.k0, k.k1);
+  }();
+  return SipHash24(key, data);
 }
 
 bool Base64UrlDecode(std::string_view in, std::string& out) {

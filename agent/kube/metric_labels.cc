@@ -8,21 +8,24 @@
 namespace stormwatch {
 namespace {
 
-std::string ToUpper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
+bool EqualsUpper(std::string_view s, std::string_view upper) {
+  if (s.size() != upper.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (std::toupper(static_cast<unsigned char>(s[i])) != upper[i]) return false;
+  }
+  return true;
 }
 
-// validRequestMethods in metrics.go; anything else is reported as "other".
-bool IsValidReportedVerb(std::string_view verb) {
+// validRequestMethods in metrics.go; anything else is reported as "other". The verb as a
+// static string (the label's value), matched case-insensitively as metrics.go upper-cases.
+std::string_view ReportedVerb(std::string_view verb) {
   static constexpr std::array<std::string_view, 14> kValid = {
       "APPLY", "CONNECT", "CREATE", "DELETE", "DELETECOLLECTION", "GET",   "LIST",
       "PATCH", "POST",    "PROXY",  "PUT",    "UPDATE",           "WATCH", "WATCHLIST"};
   for (std::string_view v : kValid) {
-    if (v == verb) return true;
+    if (EqualsUpper(verb, v)) return v;
   }
-  return false;
+  return "other";
 }
 
 // validConnectRequests in metrics.go.
@@ -33,11 +36,11 @@ bool IsConnectSubresource(std::string_view subresource) {
 
 }  // namespace
 
-std::string MetricScope(const RequestInfo& info, std::string_view method) {
+std::string_view MetricScope(const RequestInfo& info, std::string_view method) {
   if (!info.is_resource_request) return "";
   // The installer's route scope: a route with {name} (or {path:*}), or a POST, is
   // "resource"; a name from a field selector is not in the route.
-  if (info.parts.size() >= 2 || ToUpper(method) == "POST") return "resource";
+  if (info.parts.size() >= 2 || EqualsUpper(method, "POST")) return "resource";
   if (!info.namespace_.empty()) return "namespace";
   return "cluster";
 }
@@ -53,20 +56,19 @@ MetricLabels MetricLabelsFor(const RequestInfo& info, std::string_view method,
     labels.subresource = info.subresource;
   }
 
-  // CanonicalVerb: GET/HEAD split into GET and LIST by scope; other methods as they are.
-  std::string upper_method = ToUpper(method);
-  std::string verb = upper_method;
-  if (verb == "GET" || verb == "HEAD") {
-    verb = (labels.scope != "resource" && !labels.scope.empty()) ? "LIST" : "GET";
-  }
-
   // cleanVerb: the installer suggests WATCH/WATCHLIST for the legacy /watch/ routes.
   if (info.verb_via_path_prefix && info.verb == "watch") {
     labels.verb = "WATCH";
     return labels;
   }
-  // CleanVerb.
-  if (upper_method == "GET" || upper_method == "LIST") {  // getVerbIfWatch
+  // CanonicalVerb: GET/HEAD split into GET and LIST by scope; other methods as they are.
+  const bool get = EqualsUpper(method, "GET");
+  std::string_view verb = ReportedVerb(method);
+  if (get || EqualsUpper(method, "HEAD")) {
+    verb = (labels.scope != "resource" && !labels.scope.empty()) ? "LIST" : "GET";
+  }
+  // CleanVerb: getVerbIfWatch (the method upper-cased is GET or LIST).
+  if (get || EqualsUpper(method, "LIST")) {
     if (auto watch = QueryParam(path_and_query, "watch"); watch && QueryBool(*watch)) {
       verb = "WATCH";
     }
@@ -74,7 +76,7 @@ MetricLabels MetricLabelsFor(const RequestInfo& info, std::string_view method,
   if (verb == "WATCHLIST") verb = "WATCH";
   if (verb == "PATCH" && content_type == "application/apply-patch+yaml") verb = "APPLY";
   if (info.is_resource_request && IsConnectSubresource(info.subresource)) verb = "CONNECT";
-  labels.verb = IsValidReportedVerb(verb) ? verb : "other";
+  labels.verb = verb;
   return labels;
 }
 

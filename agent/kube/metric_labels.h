@@ -33,13 +33,15 @@
 
 namespace stormwatch {
 
+// Views: verb and scope of static strings, the rest of the RequestInfo's (valid while it is):
+// no copy per request.
 struct MetricLabels {
-  std::string verb;
-  std::string group;
-  std::string version;
-  std::string resource;
-  std::string subresource;
-  std::string scope;
+  std::string_view verb;
+  std::string_view group;
+  std::string_view version;
+  std::string_view resource;
+  std::string_view subresource;
+  std::string_view scope;
 
   bool operator==(const MetricLabels&) const = default;
 };
@@ -49,6 +51,6 @@ MetricLabels MetricLabelsFor(const RequestInfo& info, std::string_view method,
                              std::string_view content_type, std::string_view path_and_query);
 
 // The route scope described above.
-std::string MetricScope(const RequestInfo& info, std::string_view method);
+std::string_view MetricScope(const RequestInfo& info, std::string_view method);
 
 }  // namespace stormwatch
