@@ -28,9 +28,13 @@ WORK=${FUZZ_WORK_DIR:-$BUILD_DIR/fuzz-work}
 mkdir -p "$WORK"
 echo "fuzzing ${#targets[@]} targets for ${seconds}s each, $JOBS at a time (work: $WORK)"
 status=0
+# fuzz_go_binary also starts from a real stripped Go binary (the normal build's, FUZZ_GO_SEED).
+go_seed=${FUZZ_GO_SEED:-build/go/fuzz-go-seed}
 printf '%s\n' "${targets[@]}" |
-  xargs -P "$JOBS" -I{} bash tests/fuzz/run_target.sh "$BUILD_DIR/tests/fuzz/{}" \
-    "tests/fuzz/corpus/{}" "$seconds" "$WORK/{}" || status=1
+  xargs -P "$JOBS" -I{} bash -c '
+    if [ "$1" = fuzz_go_binary ]; then export FUZZ_EXTRA_SEEDS="$2" FUZZ_MAX_LEN=4194304; fi
+    exec bash tests/fuzz/run_target.sh "$3/tests/fuzz/$1" "tests/fuzz/corpus/$1" "$4" "$5/$1"' \
+    _ {} "$go_seed" "$BUILD_DIR" "$seconds" "$WORK" || status=1
 if [ $status -ne 0 ]; then
   echo "fuzz: FAILED (reproducers above; replay one with: $BUILD_DIR/tests/fuzz/<target> <file>)" >&2
 fi

@@ -4,6 +4,8 @@
 # With FUZZ_RUNS=N the run stops after N executions instead (SECONDS is then only a ceiling).
 # With FUZZ_SEED=N the run's random choices start from seed N (the ctest smoke fixes it, so a
 # CI run explores what the previous one did; long runs leave it random to find new inputs).
+# FUZZ_EXTRA_SEEDS: files added to the seeds (fuzz_go_binary's real Go binary, built by the
+# normal build; a missing one is an error); FUZZ_MAX_LEN: libFuzzer's -max_len (default 1 MB).
 # WORK_DIR gets corpus/ (the seeds plus what the run found), the log, and any reproducer
 # (crash-*, leak-*, oom-*, timeout-*). Prints the target's execs/s and total execs; exits
 # non-zero on any crash, leak, OOM or timeout.
@@ -12,10 +14,18 @@ bin=$1 seeds=$2 seconds=$3 work=$4
 name=$(basename "$bin")
 rm -rf "$work/corpus" && mkdir -p "$work/corpus"
 if [ -d "$seeds" ]; then cp -r "$seeds"/. "$work/corpus/"; fi
+for extra in ${FUZZ_EXTRA_SEEDS:-}; do
+  if [ ! -f "$extra" ]; then
+    echo "$name: seed $extra missing (the normal build makes it: cmake --build build)" >&2
+    exit 1
+  fi
+  cp "$extra" "$work/corpus/"
+done
 log="$work/$name.log"
 runs=()
 if [ -n "${FUZZ_RUNS:-}" ]; then runs=(-runs="$FUZZ_RUNS"); fi
 if [ -n "${FUZZ_SEED:-}" ]; then runs+=(-seed="$FUZZ_SEED"); fi
+if [ -n "${FUZZ_MAX_LEN:-}" ]; then runs+=(-max_len="$FUZZ_MAX_LEN"); fi
 "$bin" -max_total_time="$seconds" "${runs[@]}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
   -artifact_prefix="$work/" "$work/corpus" >"$log" 2>&1
 rc=$?
