@@ -388,8 +388,12 @@ Identity IdentityFromHeaders(std::string_view authorization, std::string_view us
     id.component = std::move(ua.component);
     id.component_version = std::move(ua.version);
     return id;
-  } catch (...) {
-    return Identity{};  // kUnknown; building a reason could throw again
+  } catch (const std::exception&) {
+    // Only allocation failure throws in here. The request still counts, as an unknown client
+    // whose reason says so (13 characters: kept inline in the string, no allocation to fail).
+    Identity id;
+    id.reason = "out of memory";
+    return id;
   }
 }
 
