@@ -429,33 +429,36 @@ void PrometheusExporter::SetAlertmanagerStats(uint64_t sent, uint64_t failed, ui
   AddCumulative(*alertmanager_, alertmanager_seen_, "result", "dropped", dropped);
 }
 
-void PrometheusExporter::CountEtcdRequest(const std::string& method, const std::string& resource,
-                                          const std::string& client, const std::string& code) {
-  std::string key = method + '\x1f' + resource + '\x1f' + code;
+void PrometheusExporter::CountEtcdRequest(std::string_view method, std::string_view resource,
+                                          std::string_view client, std::string_view code) {
   std::lock_guard lock(mu_);
+  const std::string& key = Key({method, resource, code});
   bool admitted = cap_.Admit(client, /*is_request=*/false);
   ClientCounter(kEtcdRequests, client, admitted, key, [&] {
-    return Labels{{"method", method}, {"resource", resource}, {"code", code}};
+    return Labels{{"method", std::string(method)}, {"resource", std::string(resource)},
+                  {"code", std::string(code)}};
   }).Increment();
 }
 
-void PrometheusExporter::CountEtcdStreamMessage(const std::string& method, const std::string& message,
-                                                const std::string& resource, const std::string& client) {
-  std::string key = method + '\x1f' + message + '\x1f' + resource;
+void PrometheusExporter::CountEtcdStreamMessage(std::string_view method, std::string_view message,
+                                                std::string_view resource, std::string_view client) {
   std::lock_guard lock(mu_);
+  const std::string& key = Key({method, message, resource});
   bool admitted = cap_.Admit(client, /*is_request=*/false);
   ClientCounter(kEtcdStreamMessages, client, admitted, key, [&] {
-    return Labels{{"method", method}, {"message", message}, {"resource", resource}};
+    return Labels{{"method", std::string(method)}, {"message", std::string(message)},
+                  {"resource", std::string(resource)}};
   }).Increment();
 }
 
-void PrometheusExporter::CountEtcdRange(const std::string& resource, const std::string& client,
+void PrometheusExporter::CountEtcdRange(std::string_view resource, std::string_view client,
                                         uint64_t keys, uint64_t bytes) {
   std::lock_guard lock(mu_);
   bool admitted = cap_.Admit(client, /*is_request=*/false);
-  auto labels = [&] { return Labels{{"resource", resource}}; };
-  ClientCounter(kEtcdRangeKeys, client, admitted, resource, labels).Increment(static_cast<double>(keys));
-  ClientCounter(kEtcdRangeBytes, client, admitted, resource, labels).Increment(static_cast<double>(bytes));
+  auto labels = [&] { return Labels{{"resource", std::string(resource)}}; };
+  const std::string& key = Key({resource});
+  ClientCounter(kEtcdRangeKeys, client, admitted, key, labels).Increment(static_cast<double>(keys));
+  ClientCounter(kEtcdRangeBytes, client, admitted, key, labels).Increment(static_cast<double>(bytes));
 }
 
 void PrometheusExporter::CountResponseBody(std::string_view encoding, std::string_view result) {
@@ -476,7 +479,7 @@ void PrometheusExporter::SetEtcdLinks(uint64_t lists, uint64_t matched) {
   AddCumulative(*etcd_links_, etcd_links_seen_, "result", "unmatched", lists - matched);
 }
 
-void PrometheusExporter::ObserveEtcdDuration(const std::string& method, const std::string& resource,
+void PrometheusExporter::ObserveEtcdDuration(std::string_view method, std::string_view resource,
                                              double seconds) {
   // etcd's own grpc_server_handling_seconds buckets (go-grpc-prometheus's defaults).
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
@@ -486,7 +489,9 @@ void PrometheusExporter::ObserveEtcdDuration(const std::string& method, const st
   auto it = etcd_duration_cache_.find(key);
   if (it == etcd_duration_cache_.end()) {
     it = etcd_duration_cache_
-             .emplace(key, &etcd_duration_->Add({{"method", method}, {"resource", resource}}, kBuckets))
+             .emplace(key, &etcd_duration_->Add({{"method", std::string(method)},
+                                                 {"resource", std::string(resource)}},
+                                                kBuckets))
              .first;
   }
   it->second->Observe(seconds);

@@ -66,17 +66,17 @@ class PrometheusExporter {
   void CountRequest(const RequestLabels& labels, uint64_t response_bytes);
   // A gRPC call etcd served (the apiserver's storage traffic): method, the key's resource
   // ("other" outside /registry), the client (certificate CN) and gRPC code name.
-  void CountEtcdRequest(const std::string& method, const std::string& resource,
-                        const std::string& client, const std::string& code);
+  void CountEtcdRequest(std::string_view method, std::string_view resource,
+                        std::string_view client, std::string_view code);
   // One message on an open etcd stream (message: watch_create, watch_cancel, lease_keepalive);
   // resource: a watch create's key, "" otherwise; client: its stream's (unknown for a Watch
   // stream opened before the agent).
-  void CountEtcdStreamMessage(const std::string& method, const std::string& message,
-                              const std::string& resource, const std::string& client);
+  void CountEtcdStreamMessage(std::string_view method, std::string_view message,
+                              std::string_view resource, std::string_view client);
   // What a Range returned: keys and their key + value bytes.
-  void CountEtcdRange(const std::string& resource, const std::string& client, uint64_t keys,
+  void CountEtcdRange(std::string_view resource, std::string_view client, uint64_t keys,
                       uint64_t bytes);
-  void ObserveEtcdDuration(const std::string& method, const std::string& resource, double seconds);
+  void ObserveEtcdDuration(std::string_view method, std::string_view resource, double seconds);
   // Consistent LISTs seen with etcd attached, and how many were matched to their etcd Range
   // (cumulative).
   void SetEtcdLinks(uint64_t lists, uint64_t matched);

@@ -32,6 +32,6 @@ class RequestMetrics final : public RecordSink {
 };
 
 // gRPC paths are "/package.Service/Method"; anything else is "other", so labels stay bounded.
-std::string GrpcMethodLabel(const std::string& path);
+std::string_view GrpcMethodLabel(std::string_view path);
 
 }  // namespace stormwatch
