@@ -269,6 +269,47 @@ class FaultMatrix(unittest.TestCase):
                 n += int(float(line.rsplit(" ", 1)[1]))
         return n
 
+    def kill_target_in_flight(self, agent, watch, etcd_probes, hits, lost_before, h2, h1):
+        """SIGKILLs the API server once the agent has seen h2 HTTP/2 and h1 HTTP/1.1 requests of
+        self.curls begin; checks they fail, that its target and uprobes go (etcd's stay), that
+        none of its BPF map entries is left, and that exactly the requests in flight and its etcd
+        streams are counted as lost. Returns the figures."""
+        c = self.cluster
+        # Every request seen by the agent (its headers probe hit) before the kill.
+        self.wait_hits(agent, hits, "http2_process_headers", h2)
+        self.wait_hits(agent, hits, "http1_read_return", h1)
+        time.sleep(1.2)
+        streams_before = self.etcd_streams_handled()
+        old_pid = c.apiserver_pid
+        bpf_state = bpf_entries_of(agent.proc.pid, old_pid)
+        self.assertGreater(bpf_state, 0, "HTTP/1.1 calls in flight, kept in BPF maps")
+        os.kill(old_pid, signal.SIGKILL)
+        c.apiserver.wait(timeout=10)
+        killed = time.monotonic()
+        for p in self.curls:
+            p.wait(timeout=10)
+            self.assertNotEqual(p.returncode, 0, "a request of the killed server completed")
+        gone = watch.wait_gone(old_pid) - killed
+        self.wait_uprobes(agent, {self.etcd_pid(): etcd_probes})
+        detached = time.monotonic() - killed
+        deadline = time.monotonic() + 5
+        while bpf_entries_of(agent.proc.pid, old_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(bpf_entries_of(agent.proc.pid, old_pid), 0, "BPF map entries of the killed server")
+        # The server's etcd streams (its Watch stream) began before the agent attached: etcd
+        # ends them now, returns whose calls were never seen, each counted.
+        deadline = time.monotonic() + 5
+        while self.etcd_streams_handled() == streams_before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        streams_ended = self.etcd_streams_handled() - streams_before
+        self.assertGreater(streams_ended, 0)
+        self.wait_lost(agent, lost_before, {"request_without_response": h2,
+                                            "http1_request_without_response": h1,
+                                            "grpc_return_without_call": streams_ended})
+        self.assert_healthy(agent)
+        return {"pid": old_pid, "gone_s": gone, "detached_s": detached, "bpf_entries": bpf_state,
+                "streams_ended": streams_ended}
+
     # ---- e. SIGTERM / SIGINT ----
 
     def stop_under_load(self, sig, then=None):
@@ -378,42 +419,11 @@ class FaultsEndToEnd(FaultMatrix):
             self.slow_curl("--http2", "30s")
         for _ in range(h1):
             self.slow_curl("--http1.1", "30s")
-        # Every request seen by the agent (its headers probe hit) before the kill.
-        self.wait_hits(agent, hits, "http2_process_headers", h2)
-        self.wait_hits(agent, hits, "http1_read_return", h1)
-        time.sleep(1.2)
-        streams_before = self.etcd_streams_handled()
-        old_pid = c.apiserver_pid
-        bpf_state = bpf_entries_of(agent.proc.pid, old_pid)
-        self.assertGreater(bpf_state, 0, "HTTP/1.1 calls in flight, kept in BPF maps")
-        os.kill(old_pid, signal.SIGKILL)
-        c.apiserver.wait(timeout=10)
-        killed = time.monotonic()
-        for p in self.curls:
-            p.wait(timeout=10)
-            self.assertNotEqual(p.returncode, 0, "a request of the killed server completed")
-        gone = watch.wait_gone(old_pid) - killed
-        self.wait_uprobes(agent, {self.etcd_pid(): etcd_probes})
-        detached = time.monotonic() - killed
-        deadline = time.monotonic() + 5
-        while bpf_entries_of(agent.proc.pid, old_pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self.assertEqual(bpf_entries_of(agent.proc.pid, old_pid), 0, "BPF map entries of the killed server")
-        # The server's etcd streams (its Watch stream) began before the agent attached: etcd
-        # ends them now, returns whose calls were never seen, each counted.
-        deadline = time.monotonic() + 5
-        while self.etcd_streams_handled() == streams_before and time.monotonic() < deadline:
-            time.sleep(0.1)
-        streams_ended = self.etcd_streams_handled() - streams_before
-        self.assertGreater(streams_ended, 0)
-        self.wait_lost(agent, lost_before, {"request_without_response": h2,
-                                            "http1_request_without_response": h1,
-                                            "grpc_return_without_call": streams_ended})
-        self.assert_healthy(agent)
+        killed = self.kill_target_in_flight(agent, watch, etcd_probes, hits, lost_before, h2, h1)
         # Restarted: re-attached with the same probes, exact counts.
         server = c.start_main_apiserver()
         watch.wait_attached(server.pid)
-        self.wait_uprobes(agent, {server.pid: probes[old_pid], self.etcd_pid(): etcd_probes})
+        self.wait_uprobes(agent, {server.pid: probes[killed["pid"]], self.etcd_pid(): etcd_probes})
         snapshot = self.snapshot(agent, server)
         self.kubectl_traffic()
         counted = self.assert_counts_exact(agent, snapshot, server)
@@ -422,7 +432,8 @@ class FaultsEndToEnd(FaultMatrix):
               "request_without_response %d, http1_request_without_response %d, grpc_return_without_call "
               "%d (its etcd streams, begun before the agent); target_info gone %.2f s and its %d uprobes "
               "%.2f s after the kill, its %d BPF map entries removed; re-attached, %d requests exact"
-              % (h2, h1, h2, h1, streams_ended, gone, probes[old_pid], detached, bpf_state, counted),
+              % (h2, h1, h2, h1, killed["streams_ended"], killed["gone_s"], probes[killed["pid"]],
+                 killed["detached_s"], killed["bpf_entries"], counted),
               file=sys.stderr)
 
     # ---- c. memory limit ----

@@ -20,7 +20,6 @@ apiserver_request_total per (verb, group, version, resource, subresource, scope,
 
     cd tests/e2e && STORMWATCH_BUILD_DIR=BUILD STORMWATCH_GO_OUT=BUILD/go /usr/bin/python3 -m unittest -v test_faults_real
 """
-import json
 import os
 import signal
 import subprocess
@@ -33,7 +32,7 @@ import test_faults  # noqa: E402  (the module, so its own cases are not collecte
 from agent import require_bpf_privileges  # noqa: E402
 from cluster import Cluster, default_go_out  # noqa: E402
 from test_lifecycle import RequestLoop  # noqa: E402
-from test_real_apiserver import COLLECTION, CRD, ETCD_3_5, datajob, server_counts  # noqa: E402
+from test_real_apiserver import COLLECTION, ETCD_3_5, create_datajobs, server_counts  # noqa: E402
 
 CURL = test_faults.CURL
 
@@ -69,27 +68,12 @@ class FaultsOnRealApiServer(test_faults.FaultMatrix):
             self.bearer = f.read().strip()
         self.curls = []
         self.addCleanup(self._stop_curls)
-        self.create_crd_and_objects(["nightly-etl", "hourly-sync"])
+        create_datajobs(self.admin, ["nightly-etl", "hourly-sync"])
 
     def admin(self, *args, input=None):
         r = self.cluster.kubectl(*args, kubeconfig=self.cluster.admin_kubeconfig, input=input)
         self.assertEqual(r.returncode, 0, "%s: %s" % (args, r.stderr))
         return r.stdout
-
-    def create_crd_and_objects(self, names):
-        self.admin("create", "--raw", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "-f", "-",
-                   input=json.dumps(CRD))
-        deadline = time.monotonic() + 30
-        while True:
-            crd = json.loads(self.admin("get", "--raw", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-                                        + CRD["metadata"]["name"]))
-            if any(c["type"] == "Established" and c["status"] == "True"
-                   for c in crd.get("status", {}).get("conditions", [])):
-                break
-            self.assertLess(time.monotonic(), deadline, "CRD never Established")
-            time.sleep(0.2)
-        for n in names:
-            self.admin("create", "--raw", COLLECTION, "-f", "-", input=json.dumps(datajob(n)))
 
     # ---- the real server's figures instead of the test server's ----
 
@@ -202,37 +186,12 @@ class FaultsOnRealApiServer(test_faults.FaultMatrix):
             self.watch_curl("--http2")
         for _ in range(h1):
             self.watch_curl("--http1.1")
-        self.wait_hits(agent, hits, "http2_process_headers", h2)
-        self.wait_hits(agent, hits, "http1_read_return", h1)
-        time.sleep(1.2)
-        streams_before = self.etcd_streams_handled()
-        old_pid = c.apiserver_pid
-        os.kill(old_pid, signal.SIGKILL)
-        c.apiserver.wait(timeout=10)
-        killed = time.monotonic()
-        for p in self.curls:
-            p.wait(timeout=10)
-            self.assertNotEqual(p.returncode, 0, "a watch of the killed server ended cleanly")
-        gone = watch.wait_gone(old_pid) - killed
-        self.wait_uprobes(agent, {self.etcd_pid(): etcd_probes})
-        deadline = time.monotonic() + 5
-        while test_faults.bpf_entries_of(agent.proc.pid, old_pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self.assertEqual(test_faults.bpf_entries_of(agent.proc.pid, old_pid), 0, "BPF map entries of the killed server")
-        deadline = time.monotonic() + 5
-        while self.etcd_streams_handled() == streams_before and time.monotonic() < deadline:
-            time.sleep(0.1)
-        streams_ended = self.etcd_streams_handled() - streams_before
-        self.assertGreater(streams_ended, 0)
-        self.wait_lost(agent, lost_before, {"request_without_response": h2,
-                                            "http1_request_without_response": h1,
-                                            "grpc_return_without_call": streams_ended})
-        self.assert_healthy(agent)
+        killed = self.kill_target_in_flight(agent, watch, etcd_probes, hits, lost_before, h2, h1)
         # Started again: re-attached by name with the same probes, exact counts.
         c.restart_apiextensions()
         self.kubeconfig = c.kubeconfig(self.token)  # the new port
         watch.wait_attached(c.apiserver_pid, timeout=30)
-        self.wait_uprobes(agent, {c.apiserver_pid: probes[old_pid], self.etcd_pid(): etcd_probes})
+        self.wait_uprobes(agent, {c.apiserver_pid: probes[killed["pid"]], self.etcd_pid(): etcd_probes})
         snapshot = self.snapshot(agent)
         self.kubectl_traffic()
         counted = self.assert_counts_exact(agent, snapshot)
@@ -240,7 +199,8 @@ class FaultsOnRealApiServer(test_faults.FaultMatrix):
         print("\nb. real API server SIGKILLed with %d HTTP/2 + %d HTTP/1.1 watches open: lost "
               "request_without_response %d, http1_request_without_response %d, grpc_return_without_call %d; "
               "target_info gone %.2f s after the kill, no uprobe or BPF map entry left; restarted, re-attached, "
-              "%d requests equal to apiserver_request_total" % (h2, h1, h2, h1, streams_ended, gone, counted),
+              "%d requests equal to apiserver_request_total"
+              % (h2, h1, h2, h1, killed["streams_ended"], killed["gone_s"], counted),
               file=sys.stderr)
 
     # ---- e. SIGTERM ----

@@ -71,6 +71,25 @@ def datajob(name):
             "metadata": {"name": name, "namespace": NS}, "spec": {"schedule": "0 2 * * *", "image": "etl:1.0"}}
 
 
+def create_datajobs(kubectl, names):
+    """Creates the DataJob CRD, waits until it is Established and creates one object per name;
+    kubectl(*args, input=None) runs kubectl as the admin and returns its output."""
+    kubectl("create", "--raw", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "-f", "-",
+            input=json.dumps(CRD))
+    deadline = time.monotonic() + 30
+    while True:
+        crd = json.loads(kubectl("get", "--raw", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                                 + CRD["metadata"]["name"]))
+        if any(c["type"] == "Established" and c["status"] == "True"
+               for c in crd.get("status", {}).get("conditions", [])):
+            break
+        if time.monotonic() > deadline:
+            raise AssertionError("CRD never Established")
+        time.sleep(0.2)
+    for n in names:
+        kubectl("create", "--raw", COLLECTION, "-f", "-", input=json.dumps(datajob(n)))
+
+
 def sa(ns, name):
     return "system:serviceaccount:%s:%s" % (ns, name)
 
@@ -126,18 +145,7 @@ class RealApiServer(unittest.TestCase):
         return r.stdout
 
     def create_crd_and_objects(self, names):
-        self.raw("create", "--raw", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "-f", "-",
-                 input=json.dumps(CRD))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            crd = json.loads(self.raw("get", "--raw", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + CRD["metadata"]["name"]))
-            if any(c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", [])):
-                break
-            time.sleep(0.2)
-        else:
-            self.fail("CRD never Established")
-        for n in names:
-            self.raw("create", "--raw", COLLECTION, "-f", "-", input=json.dumps(datajob(n)))
+        create_datajobs(self.raw, names)
 
     def start_agent(self, *args, etcd=False):
         pids = [self.c.apiserver_pid] + ([self.c.etcd.pid] if etcd else [])
