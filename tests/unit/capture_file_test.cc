@@ -274,3 +274,39 @@ TEST(CaptureFile, ReplayOfClockJumpsIsBoundedAndOutOfRangeTimesRefused) {
 
 }  // namespace
 }  // namespace stormwatch
+
+namespace stormwatch {
+namespace {
+
+// Header values may carry obs-text (bytes 0x80-0xff, RFC 9110) and a path any bytes the server
+// took: a capture keeps them as they were and reads them back (proto3 `string` fields would
+// refuse the record as invalid UTF-8 and make the whole file unreadable from there).
+TEST(CaptureFile, BytesThatAreNotUtf8RoundTrip) {
+  const std::string path = TempPath("utf8");
+  RequestRecord r = Request(1);
+  r.identity.user_agent = "kubectl/\xff\xfe (linux)";
+  r.path = "/api/v1/namespaces/x/configmaps/\x80\xc3";
+  r.identity.user = "system:serviceaccount:ns:\xe9";
+  {
+    auto w = CaptureWriter::Open(path, {}, 0);
+    ASSERT_TRUE(w.ok());
+    (*w)->Write(r);
+    (*w)->Write(Request(2));
+  }
+  auto reader = CaptureReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  auto first = (*reader)->Next();
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  ASSERT_TRUE(first->has_value());
+  const auto& got = std::get<RequestRecord>(**first);
+  EXPECT_EQ(got.identity.user_agent, r.identity.user_agent);
+  EXPECT_EQ(got.path, r.path);
+  EXPECT_EQ(got.identity.user, r.identity.user);
+  auto second = (*reader)->Next();
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  EXPECT_TRUE(second->has_value());
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace stormwatch
