@@ -347,11 +347,14 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     exporter->SetCaptureLoss("client_cert_unreadable", cert_identities.read_errors());
     exporter->SetCaptureLoss("connection_address_unreadable", http1_ends.read_errors());
     if (debug) {
-      debug->SetDebugClients(pipeline.ClientsSnapshot(now).dump());
+      // Names are UTF-8 where the agent decodes them, but a byte that is not must not throw
+      // out of the main loop: replaced (U+FFFD), as the alert outputs do.
+      constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+      debug->SetDebugClients(pipeline.ClientsSnapshot(now).dump(-1, ' ', false, kReplace));
       nlohmann::json top = pipeline.TopSnapshot(now);
       top["node"] = node_name;
       top["time"] = (now + clock_offset) / 1e9;  // wall clock, Unix seconds
-      debug->SetDebugTop(top.dump());
+      debug->SetDebugTop(top.dump(-1, ' ', false, kReplace));
     }
     if (alertmanager) {
       exporter->SetAlertmanagerStats(alertmanager->sent(), alertmanager->failed(),

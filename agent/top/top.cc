@@ -157,7 +157,7 @@ int RunOnce(std::vector<AgentTracker>& agents, const std::vector<std::string>& u
   }
   Frame frame = BuildFrame(agents, o.sort, o.filter);
   if (o.json) {
-    std::puts(FrameJson(frame).dump(2).c_str());
+    std::puts(FrameJson(frame).dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     for (const std::string& line : FormatFrame(frame, 0, 0)) std::puts(line.c_str());
   }
