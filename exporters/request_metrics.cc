@@ -20,12 +20,38 @@ std::string_view GrpcMethodLabel(std::string_view path) {
   return path;
 }
 
+bool ResourceLabels::Admit(std::string_view group, std::string_view resource, bool served) {
+  key_.assign(group).append("/").append(resource);
+  const absl::string_view key(key_.data(), key_.size());  // Debian's Abseil: its own view
+  if (auto it = seen_.find(key); it != seen_.end()) {
+    if (served && !it->second.served) {
+      it->second.served = true;
+      --unserved_;
+    }
+    return true;
+  }
+  if (seen_.size() >= kMaxResources || (!served && unserved_ >= kMaxUnservedResources)) {
+    ++folded_;
+    return false;
+  }
+  seen_.emplace(key_, Seen{served});
+  if (!served) ++unserved_;
+  return true;
+}
+
 void RequestMetrics::OnRequest(const RequestRecord& r) {
   if (r.body_read) {
     exporter_->CountResponseBody(BodyEncodingName(r.body_read->encoding),
                                  BodyFactsResultName(r.body_read->result));
   }
-  const MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
+  MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
+  if (!m.resource.empty()) {
+    const bool served = r.status != 401 && r.status != 403 && r.status != 404;
+    if (!CouldBeServedApi(m) || !resources_.Admit(m.group, m.resource, served)) {
+      m.group = m.version = m.subresource = "";
+      m.resource = "other";
+    }
+  }
   const std::string& client = ClientLabel(r.identity);
   char code[16];
   const auto printed = std::to_chars(code, code + sizeof(code), r.status);
@@ -79,13 +105,18 @@ void RequestMetrics::OnEtcdCall(const EtcdRequest& r) {
 void RequestMetrics::OnStormTransition(const StormTransition& t) {
   const StormEvidence& e = t.evidence;
   const bool firing = t.state == StormState::kFiring;
+  // The resource and namespace came from a path: as for the request counters, what could not
+  // name a served API is "other" (a label must be valid UTF-8, or the whole scrape fails).
+  MetricLabels api{.group = e.api_group, .version = "v1", .resource = e.resource};
+  const bool named = CouldBeServedApi(api);
+  MetricLabels ns{.version = "v1", .resource = e.namespace_};
   exporter_->SetStormActive({{"storm", e.storm},
                              {"client", ClientLabel(e.identity)},
-                             {"group", e.api_group},
-                             {"resource", e.resource},
+                             {"group", named ? e.api_group : ""},
+                             {"resource", named ? e.resource : "other"},
                              {"severity", e.severity},
                              // not "namespace": Prometheus sets that to the scraped pod's
-                             {"object_namespace", e.namespace_}},
+                             {"object_namespace", CouldBeServedApi(ns) ? e.namespace_ : "other"}},
                             firing);
   if (firing) exporter_->CountStormStarted(e.storm);
 }

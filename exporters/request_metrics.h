@@ -4,13 +4,41 @@
 // `client`; etcd calls are counted as go-grpc-prometheus labels etcd's own.
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
+
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "agent/analysis/record_sink.h"
 #include "agent/analysis/storm_detectors.h"
 #include "exporters/prometheus_exporter.h"
 
 namespace stormwatch {
+
+// Which (group, resource) pairs get a `resource` label of their own. A path names any resource
+// its sender likes, so the labels of requests are bounded here: at most kMaxResources pairs,
+// of which at most kMaxUnservedResources were only ever answered 401, 403 or 404 (what a path no
+// route serves gets): junk paths, even unauthenticated, cannot crowd out the API's resources.
+// Beyond: resource="other" (group, version and subresource empty).
+class ResourceLabels {
+ public:
+  static constexpr size_t kMaxResources = 1024;
+  static constexpr size_t kMaxUnservedResources = 64;
+  // Whether the pair keeps its own label; `served`: the request was answered otherwise than
+  // 401, 403 or 404.
+  bool Admit(std::string_view group, std::string_view resource, bool served);
+  uint64_t folded() const { return folded_; }
+
+ private:
+  struct Seen {
+    bool served = false;
+  };
+  absl::flat_hash_map<std::string, Seen> seen_;  // "group/resource"
+  size_t unserved_ = 0;   // entries never served
+  uint64_t folded_ = 0;   // requests labelled "other" for want of room
+  std::string key_;       // scratch
+};
 
 class RequestMetrics final : public RecordSink {
  public:
@@ -26,6 +54,8 @@ class RequestMetrics final : public RecordSink {
 
  private:
   void PublishDetectorState(int64_t now_ns);
+
+  ResourceLabels resources_;
 
   PrometheusExporter* exporter_;
   const StormDetectors* detectors_;

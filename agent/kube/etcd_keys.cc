@@ -1,5 +1,7 @@
 #include "agent/kube/etcd_keys.h"
 
+#include "agent/kube/metric_labels.h"
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -158,6 +160,9 @@ EtcdKey DecodeEtcdKey(std::string_view key, std::string_view range_end, bool tru
 
 std::string EtcdResourceLabel(const EtcdKey& key) {
   if (!key.registry || key.resource.empty()) return "other";
+  // Anyone with etcd credentials writes any key: what could not be an API resource (not even
+  // UTF-8, which fails a Prometheus scrape) is "other".
+  if (!CouldBeServedApi({.group = key.group, .version = "v1", .resource = key.resource})) return "other";
   // As kube-apiserver's storage names its group-resource (schema.GroupResource.String()).
   return key.group.empty() ? key.resource : key.resource + "." + key.group;
 }

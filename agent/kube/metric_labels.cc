@@ -80,4 +80,42 @@ MetricLabels MetricLabelsFor(const RequestInfo& info, std::string_view method,
   return labels;
 }
 
+namespace {
+
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+// A DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters.
+bool IsDnsLabel(std::string_view s) {
+  if (s.empty() || s.size() > 63 || !IsLowerAlnum(s.front()) || !IsLowerAlnum(s.back())) return false;
+  for (char c : s) {
+    if (!IsLowerAlnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
+// A DNS-1123 subdomain: dot-separated labels, at most 253 characters.
+bool IsDnsSubdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  while (true) {
+    const size_t dot = s.find('.');
+    if (!IsDnsLabel(s.substr(0, dot))) return false;
+    if (dot == std::string_view::npos) return true;
+    s.remove_prefix(dot + 1);
+  }
+}
+
+}  // namespace
+
+bool CouldBeServedApi(const MetricLabels& labels) {
+  if (labels.resource.empty()) return true;  // not a resource request: no API labels
+  if (!IsDnsLabel(labels.resource)) return false;
+  if (!labels.subresource.empty() && !IsDnsLabel(labels.subresource)) return false;
+  if (!labels.group.empty() && !IsDnsSubdomain(labels.group)) return false;
+  if (labels.version.empty() || labels.version.size() > 63) return false;
+  for (char c : labels.version) {
+    if (!IsLowerAlnum(c)) return false;
+  }
+  return true;
+}
+
 }  // namespace stormwatch

@@ -53,4 +53,11 @@ MetricLabels MetricLabelsFor(const RequestInfo& info, std::string_view method,
 // The route scope described above.
 std::string_view MetricScope(const RequestInfo& info, std::string_view method);
 
+// Whether group, version, resource and subresource could name a served API at all: resources
+// and subresources are lower-case DNS labels, groups DNS subdomains, versions lower-case
+// alphanumerics (k8s.io/apimachinery validation, as CRD names are checked). Anything else came
+// from a path no route serves, may not even be UTF-8 (which Prometheus refuses in a label value,
+// failing the whole scrape), and is reported as resource "other".
+bool CouldBeServedApi(const MetricLabels& labels);
+
 }  // namespace stormwatch

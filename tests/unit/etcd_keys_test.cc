@@ -41,6 +41,8 @@ INSTANTIATE_TEST_SUITE_P(
     Table, EtcdKeys,
     ::testing::Values(
         KeyCase{"pod", "/registry/pods/default/web-0", "", false, true, false, "", "pods", "default", "web-0", "pods", "/registry/pods/"},
+        // Anyone with etcd credentials writes any key: no label that is not an API name.
+        KeyCase{"not_a_resource_name", "/registry/Junk\xff/ns/x", "", false, true, false, "", "Junk\xff", "ns", "x", "other", "/registry/Junk\xff/"},
         KeyCase{"all_pods", "/registry/pods/", "/registry/pods0", false, true, true, "", "pods", "", "", "pods", "/registry/pods/"},
         KeyCase{"pods_in_ns", "/registry/pods/kube-system/", "/registry/pods/kube-system0", false, true, true, "", "pods", "kube-system", "", "pods", "/registry/pods/"},
         // A later page: the key is just after the last one read, the range end the prefix's.

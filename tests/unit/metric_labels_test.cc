@@ -242,5 +242,25 @@ TEST(MetricLabelsTest, TestCleanScopeEquivalents) {
   EXPECT_EQ(MetricScope(named, "GET"), "resource");
 }
 
+TEST(MetricLabelsTest, CouldBeServedApiAcceptsApiNamesOnly) {
+  auto served = [](std::string_view group, std::string_view version, std::string_view resource,
+                   std::string_view subresource = "") {
+    return CouldBeServedApi({.verb = "GET", .group = group, .version = version,
+                             .resource = resource, .subresource = subresource});
+  };
+  EXPECT_TRUE(served("", "v1", "configmaps"));
+  EXPECT_TRUE(served("batch.company.com", "v1beta1", "data-jobs", "status"));
+  EXPECT_TRUE(served("", "", ""));  // not a resource request
+  EXPECT_FALSE(served("", "v1", "Pods"));
+  EXPECT_FALSE(served("", "v1", "r\xffz"));
+  EXPECT_FALSE(served("", "v1", "-pods"));
+  EXPECT_FALSE(served("", "v1", std::string(64, 'a')));
+  EXPECT_FALSE(served("Bad_Group", "v1", "things"));
+  EXPECT_FALSE(served("a..b", "v1", "things"));
+  EXPECT_FALSE(served("", "V1", "pods"));
+  EXPECT_FALSE(served("", "", "pods"));
+  EXPECT_FALSE(served("", "v1", "pods", "st atus"));
+}
+
 }  // namespace
 }  // namespace stormwatch

@@ -10,6 +10,7 @@
 #include "agent/pipeline/request_pipeline.h"
 #include "bpf/events.h"
 #include "exporters/alert_log.h"
+#include "exporters/request_metrics.h"
 
 namespace stormwatch {
 namespace {
@@ -322,6 +323,53 @@ TEST(PipelineDetectors, DisabledUpdateLoopIsNotRun) {
   EXPECT_EQ(pipeline.stats().requests, 1000u);
   EXPECT_NE(Metrics(exporter).find(R"(verb="PUT",version="v1"} 1000)"), std::string::npos)
       << Metrics(exporter);
+}
+
+// A path names any resource its sender likes: the resource label stays bounded and valid.
+// Junk that no route serves (404, or 401 before routing) gets 64 labels at most, so it cannot
+// crowd out the API's resources; a segment that could not be a resource (not a lower-case DNS
+// label, not even UTF-8, which Prometheus refuses in a label and fails the scrape for) is
+// "other" at once.
+TEST_F(PipelineTest, ResourceLabelsAreBoundedAndValid) {
+  std::string token = ServiceAccountToken("default", "prober", "");
+  int64_t ts = 100 * kSec;
+  for (int i = 0; i < 300; ++i) {
+    Request(token, "GET", "/api/v1/namespaces/x/junk" + std::to_string(i) + "/o", ts++, 404, "curl/8");
+  }
+  Request(token, "GET", "/api/v1/namespaces/x/r%FFz/o", ts++, 404, "curl/8");
+  Request(token, "GET", "/api/v1/namespaces/x/Pods", ts++, 404, "curl/8");
+  Request(token, "GET", "/apis/Bad_Group/v1/things", ts++, 404, "curl/8");
+  // Served resources keep their labels after the flood. A real resource first seen with a 404
+  // (a missing object) while the flood holds the unserved budget is "other" until it is served
+  // once; from then on its 404s are its own.
+  Request(token, "GET", "/apis/batch.company.com/v1/namespaces/etl/datajobs", ts++, 200, "curl/8");
+  Request(token, "GET", "/api/v1/namespaces/x/configmaps/missing", ts++, 404, "curl/8");
+  Request(token, "GET", "/api/v1/namespaces/x/configmaps", ts++, 200, "curl/8");
+  Request(token, "GET", "/api/v1/namespaces/x/configmaps/missing", ts++, 404, "curl/8");
+  const std::string m = Metrics(exporter_);
+  const std::string client = R"(client="system:serviceaccount:default:prober")";
+  auto count_of = [&](const std::string& labels) {
+    const std::string series = "stormwatch_requests_total{" + client + "," + labels + "} ";
+    const size_t at = m.find(series);
+    return at == std::string::npos ? -1 : std::stoll(m.substr(at + series.size()));
+  };
+  size_t own = 0;
+  for (int i = 0; i < 300; ++i) {
+    own += m.find("resource=\"junk" + std::to_string(i) + "\",") != std::string::npos;
+  }
+  EXPECT_EQ(own, ResourceLabels::kMaxUnservedResources);
+  // Object GETs: 236 junk, the one not UTF-8, the configmap before its resource was served.
+  EXPECT_EQ(count_of(R"(code="404",group="",resource="other",scope="resource",subresource="",verb="GET",version="")"), 238)
+      << m.substr(0, 3000);
+  // Collections: "Pods" (upper case) and "Bad_Group" could not be served APIs.
+  EXPECT_EQ(count_of(R"(code="404",group="",resource="other",scope="namespace",subresource="",verb="LIST",version="")"), 1);
+  EXPECT_EQ(count_of(R"(code="404",group="",resource="other",scope="cluster",subresource="",verb="LIST",version="")"), 1);
+  EXPECT_EQ(count_of(R"(code="200",group="batch.company.com",resource="datajobs",scope="namespace",subresource="",verb="LIST",version="v1")"), 1);
+  EXPECT_EQ(count_of(R"(code="404",group="",resource="configmaps",scope="resource",subresource="",verb="GET",version="v1")"), 1);
+  EXPECT_EQ(count_of(R"(code="200",group="",resource="configmaps",scope="namespace",subresource="",verb="LIST",version="v1")"), 1);
+  EXPECT_EQ(m.find("\xff"), std::string::npos);
+  EXPECT_EQ(m.find("Pods"), std::string::npos);
+  EXPECT_EQ(m.find("Bad_Group"), std::string::npos);
 }
 
 }  // namespace
