@@ -310,6 +310,162 @@ class FaultMatrix(unittest.TestCase):
         return {"pid": old_pid, "gone_s": gone, "detached_s": detached, "bpf_entries": bpf_state,
                 "streams_ended": streams_ended}
 
+    # ---- c. memory limit ----
+
+    def memory_cgroup(self):
+        """A fresh memory cgroup: (directory, limit file, v2?) -- cgroup v2 when the memory
+        controller is there, else v1's memory hierarchy."""
+        name = "stormwatch-faults-%d" % os.getpid()
+        for root, v2 in (("/sys/fs/cgroup", True), ("/sys/fs/cgroup/unified", True), ("/sys/fs/cgroup/memory", False)):
+            controllers = os.path.join(root, "cgroup.controllers")
+            if v2 and not (os.path.exists(controllers) and "memory" in self.cg_read(root, "cgroup.controllers").split()):
+                continue
+            if not v2 and not os.path.exists(os.path.join(root, "memory.limit_in_bytes")):
+                continue
+            path = os.path.join(root, name)
+            os.mkdir(path)
+            self.addCleanup(self._remove_cgroup, path)
+            return path, v2
+        self.skipTest("no memory cgroup controller")
+
+    @staticmethod
+    def _remove_cgroup(path):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                os.rmdir(path)
+                return
+            except OSError:
+                time.sleep(0.1)
+
+    @staticmethod
+    def cg_read(path, name):
+        with open(os.path.join(path, name)) as f:
+            return f.read()
+
+    def cg_figures(self, path, v2):
+        if v2:
+            events = dict(l.split() for l in self.cg_read(path, "memory.events").splitlines())
+            return {"current": int(self.cg_read(path, "memory.current")),
+                    "peak": int(self.cg_read(path, "memory.peak")) if os.path.exists(os.path.join(path, "memory.peak")) else 0,
+                    "oom_kill": int(events.get("oom_kill", 0)), "max_events": int(events.get("max", 0))}
+        oom = dict(l.split() for l in self.cg_read(path, "memory.oom_control").splitlines())
+        return {"current": int(self.cg_read(path, "memory.usage_in_bytes")),
+                "peak": int(self.cg_read(path, "memory.max_usage_in_bytes")),
+                "oom_kill": int(oom.get("oom_kill", 0)), "max_events": int(self.cg_read(path, "memory.failcnt"))}
+
+    def memory_limit_case(self, path, server):
+        """c. The agent in a memory cgroup limited to its working set + 16 MiB, under 300 new
+        clients (each its own HTTP/1.1 connection, 2 GETs of path) with limits.max_clients 50:
+        no OOM kill, usage within the limit, the totals exact with the clients beyond 50 folded
+        into "other"."""
+        c = self.cluster
+        cg, v2 = self.memory_cgroup()
+        limit_file = "memory.max" if v2 else "memory.limit_in_bytes"
+        max_clients, clients, per_client = 50, 300, 2
+        config = os.path.join(c.tmp, "faults-limits.yaml")
+        with open(config, "w") as f:
+            f.write("limits:\n  max_clients: %d\n" % max_clients)
+        # The limit: the agent's working set once attached, plus headroom for what the bounded
+        # state may grow by (measured below: the peak under load must stay within it).
+        wrap = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg]
+        agent, watch = self.start_agent(extra=["--config", config], wrap=wrap)
+        self.attached_probes(agent, watch, [c.apiserver_pid, self.etcd_pid()])
+        time.sleep(2)
+        base = self.cg_figures(cg, v2)["current"]
+        limit = base + (16 << 20)
+        with open(os.path.join(cg, limit_file), "w") as f:
+            f.write(str(limit))
+        snapshot = self.snapshot(agent, server)
+        # 300 distinct service accounts, each on its own HTTP/1.1 connection.
+        tokens = [c.mint_token("load", "sa-%03d" % i) for i in range(clients)]
+        ctx = ssl.create_default_context(cafile=c.ca_file)
+        port = int(c.base_url.rsplit(":", 1)[1])
+        errors = []
+
+        def run(chunk):
+            for tok in chunk:
+                with open(tok) as f:
+                    auth = {"Authorization": "Bearer " + f.read().strip()}
+                conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+                try:
+                    for _ in range(per_client):
+                        conn.request("GET", path, headers=auth)
+                        conn.getresponse().read()
+                except (OSError, http.client.HTTPException) as e:
+                    errors.append(repr(e))
+                finally:
+                    conn.close()
+        threads = [threading.Thread(target=run, args=(tokens[i::4],)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        counted, own = self.assert_counts_exact_folded(agent, snapshot, server)
+        self.assertGreaterEqual(counted, clients * per_client)
+        self.assertLessEqual(own, max_clients)
+        series = {l["metric"]: int(v) for n, l, v in agent.metrics() if n == "stormwatch_client_series"}
+        folded = {l["metric"]: int(v) for n, l, v in agent.metrics() if n == "stormwatch_series_folded_total"}
+        self.assertEqual(series.get("stormwatch_requests_total"), max_clients, series)
+        self.assertGreater(folded.get("stormwatch_requests_total", 0), 0, folded)
+        self.assert_healthy(agent)
+        figures = self.cg_figures(cg, v2)
+        self.assertEqual(figures["oom_kill"], 0, figures)
+        self.assertLessEqual(figures["current"], limit)
+        rss = int(agent.metric_value("process_resident_memory_bytes"))
+        print("\nc. memory cgroup (%s) limit %.1f MiB = working set %.1f MiB + 16 MiB; under %d clients x %d "
+              "requests with limits.max_clients %d: usage %.1f MiB, peak %.1f MiB, RSS %.1f MiB, "
+              "limit hits %d, oom_kill %d; %d requests exact; client series %d, folded %d"
+              % ("v2" if v2 else "v1", limit / 2**20, base / 2**20, clients, per_client, max_clients,
+                 figures["current"] / 2**20, figures["peak"] / 2**20, rss / 2**20, figures["max_events"],
+                 figures["oom_kill"], counted, series.get("stormwatch_requests_total"),
+                 folded.get("stormwatch_requests_total", 0)), file=sys.stderr)
+
+    # ---- d. unreadable /proc entry ----
+
+    def unreadable_proc_case(self, hidden_pid, hidden_name, targets, server, stop_hidden):
+        """d. hidden_pid's /proc/PID/stat empty in the agent's own mount namespace: refused
+        (proc_unreadable), logged, counted once, /readyz 503 naming it, while the cluster's API
+        server is captured exactly; stop_hidden() ends it (returning time.monotonic() then) and
+        the agent is ready again."""
+        c = self.cluster
+        empty = os.path.join(c.tmp, "empty-stat")
+        open(empty, "w").close()
+        # The agent's own mount namespace: there hidden_pid's /proc/PID/stat is empty.
+        wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mount --bind "$0" "/proc/$1/stat" && shift && exec "$@"', empty, str(hidden_pid)]
+        agent, watch = self.start_agent(wrap=wrap, targets=targets)
+        probes = self.attached_probes(agent, watch, [c.apiserver_pid])
+        deadline = time.monotonic() + 10
+        while agent.metric_value("stormwatch_target_attach_failures_total", reason="proc_unreadable") < 1:
+            self.assertLess(time.monotonic(), deadline, agent.stderr()[-3000:])
+            time.sleep(0.1)
+        log = [l for l in agent.stderr().splitlines() if "pid %d" % hidden_pid in l]
+        self.assertTrue(any("not attaching to %s pid %d" % (hidden_name, hidden_pid) in l and
+                            "/proc/%d/stat" % hidden_pid in l for l in log), log)
+        info = [l for n, l, v in agent.metrics() if n == "stormwatch_target_info" and v == 1 and l["pid"] == str(hidden_pid)]
+        self.assertEqual([(l["status"], l["reason"]) for l in info], [("refused", "proc_unreadable")])
+        body = self.assert_healthy(agent, ready=False)
+        self.assertIn("pid %d not attached (proc_unreadable)" % hidden_pid, body)
+        # Still capturing the API server, exactly; the failure counted once, not per rescan.
+        snapshot = self.snapshot(agent, server)
+        self.kubectl_traffic()
+        counted = self.assert_counts_exact(agent, snapshot, server)
+        self.assertEqual(uprobes_by_target(agent.proc.pid), probes)
+        time.sleep(2)
+        self.assertEqual(agent.metric_value("stormwatch_target_attach_failures_total", reason="proc_unreadable"), 1)
+        # It goes away: the agent is ready again.
+        exited = stop_hidden()
+        while any(n == "stormwatch_target_info" and v == 1 and l["pid"] == str(hidden_pid)
+                  for n, l, v in agent.metrics()):
+            self.assertLess(time.monotonic() - exited, 5, "refused target still listed")
+            time.sleep(0.05)
+        self.assert_healthy(agent, ready=True)
+        print("\nd. /proc/%d/stat (%s) unreadable in the agent's mount namespace: refused (proc_unreadable), "
+              "counted once, logged %d line(s), /readyz 503 until it exited; the API server's %d requests "
+              "exact" % (hidden_pid, hidden_name, len(log), counted), file=sys.stderr)
+
     # ---- e. SIGTERM / SIGINT ----
 
     def stop_under_load(self, sig, then=None):
@@ -438,152 +594,16 @@ class FaultsEndToEnd(FaultMatrix):
 
     # ---- c. memory limit ----
 
-    def memory_cgroup(self):
-        """A fresh memory cgroup: (directory, limit file, v2?) -- cgroup v2 when the memory
-        controller is there, else v1's memory hierarchy."""
-        name = "stormwatch-faults-%d" % os.getpid()
-        for root, v2 in (("/sys/fs/cgroup", True), ("/sys/fs/cgroup/unified", True), ("/sys/fs/cgroup/memory", False)):
-            controllers = os.path.join(root, "cgroup.controllers")
-            if v2 and not (os.path.exists(controllers) and "memory" in open(controllers).read().split()):
-                continue
-            if not v2 and not os.path.exists(os.path.join(root, "memory.limit_in_bytes")):
-                continue
-            path = os.path.join(root, name)
-            os.mkdir(path)
-            self.addCleanup(self._remove_cgroup, path)
-            return path, v2
-        self.skipTest("no memory cgroup controller")
-
-    @staticmethod
-    def _remove_cgroup(path):
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                os.rmdir(path)
-                return
-            except OSError:
-                time.sleep(0.1)
-
-    @staticmethod
-    def cg_read(path, name):
-        with open(os.path.join(path, name)) as f:
-            return f.read()
-
-    def cg_figures(self, path, v2):
-        if v2:
-            events = dict(l.split() for l in self.cg_read(path, "memory.events").splitlines())
-            return {"current": int(self.cg_read(path, "memory.current")),
-                    "peak": int(self.cg_read(path, "memory.peak")) if os.path.exists(os.path.join(path, "memory.peak")) else 0,
-                    "oom_kill": int(events.get("oom_kill", 0)), "max_events": int(events.get("max", 0))}
-        oom = dict(l.split() for l in self.cg_read(path, "memory.oom_control").splitlines())
-        return {"current": int(self.cg_read(path, "memory.usage_in_bytes")),
-                "peak": int(self.cg_read(path, "memory.max_usage_in_bytes")),
-                "oom_kill": int(oom.get("oom_kill", 0)), "max_events": int(self.cg_read(path, "memory.failcnt"))}
-
     def test_c_memory_limit(self):
-        c = self.cluster
-        cg, v2 = self.memory_cgroup()
-        limit_file = "memory.max" if v2 else "memory.limit_in_bytes"
-        max_clients, clients, per_client = 50, 300, 2
-        config = os.path.join(c.tmp, "faults-limits.yaml")
-        with open(config, "w") as f:
-            f.write("limits:\n  max_clients: %d\n" % max_clients)
-        # The limit: the agent's working set once attached, plus headroom for what the bounded
-        # state may grow by (measured below: the peak under load must stay within it).
-        wrap = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg]
-        agent, watch = self.start_agent(extra=["--config", config], wrap=wrap)
-        self.attached_probes(agent, watch, [c.apiserver_pid, self.etcd_pid()])
-        time.sleep(2)
-        base = self.cg_figures(cg, v2)["current"]
-        limit = base + (16 << 20)
-        with open(os.path.join(cg, limit_file), "w") as f:
-            f.write(str(limit))
-        snapshot = self.snapshot(agent, c.main_apiserver)
-        # 300 distinct service accounts, each on its own HTTP/1.1 connection.
-        tokens = [c.mint_token("load", "sa-%03d" % i) for i in range(clients)]
-        ctx = ssl.create_default_context(cafile=c.ca_file)
-        port = int(c.base_url.rsplit(":", 1)[1])
-        errors = []
-
-        def run(chunk):
-            for tok in chunk:
-                with open(tok) as f:
-                    auth = {"Authorization": "Bearer " + f.read().strip()}
-                conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
-                try:
-                    for _ in range(per_client):
-                        conn.request("GET", "/api/v1/namespaces/load/configmaps", headers=auth)
-                        conn.getresponse().read()
-                except (OSError, http.client.HTTPException) as e:
-                    errors.append(repr(e))
-                finally:
-                    conn.close()
-        threads = [threading.Thread(target=run, args=(tokens[i::4],)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(errors, [])
-        counted, own = self.assert_counts_exact_folded(agent, snapshot, c.main_apiserver)
-        self.assertGreaterEqual(counted, clients * per_client)
-        self.assertLessEqual(own, max_clients)
-        series = {l["metric"]: int(v) for n, l, v in agent.metrics() if n == "stormwatch_client_series"}
-        folded = {l["metric"]: int(v) for n, l, v in agent.metrics() if n == "stormwatch_series_folded_total"}
-        self.assertEqual(series.get("stormwatch_requests_total"), max_clients, series)
-        self.assertGreater(folded.get("stormwatch_requests_total", 0), 0, folded)
-        self.assert_healthy(agent)
-        figures = self.cg_figures(cg, v2)
-        self.assertEqual(figures["oom_kill"], 0, figures)
-        self.assertLessEqual(figures["current"], limit)
-        rss = int(agent.metric_value("process_resident_memory_bytes"))
-        print("\nc. memory cgroup (%s) limit %.1f MiB = working set %.1f MiB + 16 MiB; under %d clients x %d "
-              "requests with limits.max_clients %d: usage %.1f MiB, peak %.1f MiB, RSS %.1f MiB, "
-              "limit hits %d, oom_kill %d; %d requests exact; client series %d, folded %d"
-              % ("v2" if v2 else "v1", limit / 2**20, base / 2**20, clients, per_client, max_clients,
-                 figures["current"] / 2**20, figures["peak"] / 2**20, rss / 2**20, figures["max_events"],
-                 figures["oom_kill"], counted, series.get("stormwatch_requests_total"),
-                 folded.get("stormwatch_requests_total", 0)), file=sys.stderr)
+        self.memory_limit_case("/api/v1/namespaces/load/configmaps", self.cluster.main_apiserver)
 
     # ---- d. unreadable /proc entry ----
 
     def test_d_unreadable_proc_entry(self):
         c = self.cluster
-        hidden = c.start_apiserver(c.apiserver_binary())
-        empty = os.path.join(c.tmp, "empty-stat")
-        open(empty, "w").close()
-        # The agent's own mount namespace: there the second server's /proc/PID/stat is empty.
-        wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                'mount --bind "$0" "/proc/$1/stat" && shift && exec "$@"', empty, str(hidden.pid)]
-        agent, watch = self.start_agent(wrap=wrap, targets=[self.name])
-        probes = self.attached_probes(agent, watch, [c.apiserver_pid])
-        deadline = time.monotonic() + 10
-        while agent.metric_value("stormwatch_target_attach_failures_total", reason="proc_unreadable") < 1:
-            self.assertLess(time.monotonic(), deadline, agent.stderr()[-3000:])
-            time.sleep(0.1)
-        log = [l for l in agent.stderr().splitlines() if "pid %d" % hidden.pid in l]
-        self.assertTrue(any("not attaching to %s pid %d" % (self.name, hidden.pid) in l and
-                            "/proc/%d/stat" % hidden.pid in l for l in log), log)
-        info = [l for n, l, v in agent.metrics() if n == "stormwatch_target_info" and v == 1 and l["pid"] == str(hidden.pid)]
-        self.assertEqual([(l["status"], l["reason"]) for l in info], [("refused", "proc_unreadable")])
-        body = self.assert_healthy(agent, ready=False)
-        self.assertIn("pid %d not attached (proc_unreadable)" % hidden.pid, body)
-        # Still capturing the other target, exactly; the failure counted once, not per rescan.
-        snapshot = self.snapshot(agent, c.main_apiserver)
-        self.kubectl_traffic()
-        counted = self.assert_counts_exact(agent, snapshot, c.main_apiserver)
-        self.assertEqual(uprobes_by_target(agent.proc.pid), probes)
-        time.sleep(2)
-        self.assertEqual(agent.metric_value("stormwatch_target_attach_failures_total", reason="proc_unreadable"), 1)
-        # It goes away: the agent is ready again.
-        exited = c.stop_apiserver(hidden)
-        while any(n == "stormwatch_target_info" and v == 1 and l["pid"] == str(hidden.pid)
-                  for n, l, v in agent.metrics()):
-            self.assertLess(time.monotonic() - exited, 5, "refused target still listed")
-            time.sleep(0.05)
-        self.assert_healthy(agent, ready=True)
-        print("\nd. /proc/%d/stat unreadable in the agent's mount namespace: refused (proc_unreadable), "
-              "counted once, logged %d line(s), /readyz 503 until it exited; the other target's %d requests "
-              "exact" % (hidden.pid, len(log), counted), file=sys.stderr)
+        hidden = c.start_apiserver(c.apiserver_binary())  # a second test API server, hidden
+        self.unreadable_proc_case(hidden.pid, self.name, [self.name], c.main_apiserver,
+                                  lambda: c.stop_apiserver(hidden))
 
     # ---- e. SIGTERM / SIGINT ----
 

@@ -15,6 +15,12 @@ apiserver_request_total per (verb, group, version, resource, subresource, scope,
                       grpc_return_without_call per etcd stream of the server's that etcd ends;
                       no uprobe and no BPF map entry left for its PID; the server started again
                       (a new PID, a new binary copy at the same path): re-attached, exact counts.
+  c. memory limit    the agent in a memory cgroup of its working set + 16 MiB under 300 new
+                      service accounts with limits.max_clients 50: no OOM kill, the totals
+                      exact, clients beyond 50 folded into "other".
+  d. /proc unreadable etcd's /proc/PID/stat empty in the agent's mount namespace: etcd refused
+                      (proc_unreadable), counted once, /readyz 503 until etcd exits, the API
+                      server captured exactly meanwhile.
   e. SIGTERM          under load on both targets: exit 0 within 1 s, no program, link, map or
                       uprobe left.
 
@@ -32,9 +38,11 @@ import test_faults  # noqa: E402  (the module, so its own cases are not collecte
 from agent import require_bpf_privileges  # noqa: E402
 from cluster import Cluster, default_go_out  # noqa: E402
 from test_lifecycle import RequestLoop  # noqa: E402
-from test_real_apiserver import COLLECTION, ETCD_3_5, create_datajobs, server_counts  # noqa: E402
+from test_real_apiserver import COLLECTION, ETCD_3_5, GROUP, RESOURCE, VERSION, create_datajobs, server_counts  # noqa: E402
 
 CURL = test_faults.CURL
+LOAD_CLIENT = "system:serviceaccount:load:"  # test c's clients
+LOAD_REQUESTS_PER_CLIENT = 2
 
 
 def delta(after, before):
@@ -202,6 +210,37 @@ class FaultsOnRealApiServer(test_faults.FaultMatrix):
               "%d requests equal to apiserver_request_total"
               % (h2, h1, h2, h1, killed["streams_ended"], killed["gone_s"], counted),
               file=sys.stderr)
+
+    # ---- c. memory limit ----
+
+    def test_c_memory_limit(self):
+        self.memory_limit_case("/apis/%s/%s/namespaces/load/%s" % (GROUP, VERSION, RESOURCE), None)
+
+    def assert_counts_exact_folded(self, agent, snapshot, server=None):
+        """apiserver_request_total has no client label (why stormwatch exists): its totals exact,
+        as assert_counts_exact; of the load's clients (system:serviceaccount:load:*, new in this
+        test) none with its own series over the requests it sent. Returns (requests, load
+        clients with their own series)."""
+        counted = self.assert_counts_exact(agent, snapshot)
+        own = {}
+        for key, n in agent.request_counts().items():
+            if key[0].startswith(LOAD_CLIENT):
+                own[key[0]] = own.get(key[0], 0) + n
+        self.assertEqual({k: n for k, n in own.items() if n > LOAD_REQUESTS_PER_CLIENT}, {})
+        return counted, len(own)
+
+    # ---- d. unreadable /proc entry ----
+
+    def test_d_unreadable_proc_entry(self):
+        c = self.cluster
+
+        def stop_etcd():
+            os.kill(self.etcd_pid(), signal.SIGTERM)
+            c.etcd.wait(timeout=10)
+            return time.monotonic()
+        # etcd hidden, the API server captured; then etcd goes (the server's requests fail from
+        # there on; the test ends).
+        self.unreadable_proc_case(self.etcd_pid(), self.etcd_name, [self.name, self.etcd_name], None, stop_etcd)
 
     # ---- e. SIGTERM ----
 
