@@ -260,7 +260,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
         std::fflush(stdout);
         if (alertmanager) alertmanager->OnTransition(t);
       },
-      AssemblerLimits{}, connection_lookups, apf_naming);
+      AssemblerLimits{.max_identities = options.max_identities}, connection_lookups, apf_naming);
 
   std::unique_ptr<CaptureWriter> recorder;
   if (!options.record_path.empty()) {

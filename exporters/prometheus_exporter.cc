@@ -111,6 +111,12 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                     .Help("Consistent LISTs the API server served while etcd was attached on the "
                           "same node, by whether the etcd Range each caused was found.")
                     .Register(*registry_);
+  identity_cache_ = &prometheus::BuildCounter()
+                        .Name("stormwatch_identity_cache_lookups_total")
+                        .Help("Requests whose client identity was already decoded (result=hit) or "
+                              "whose token had to be decoded (miss): many misses, raise "
+                              "limits.max_identities.")
+                        .Register(*registry_);
   response_bodies_ = &prometheus::BuildCounter()
                          .Name("stormwatch_response_bodies_total")
                          .Help("Write responses whose first bytes were read for object facts "
@@ -472,6 +478,11 @@ void PrometheusExporter::CountResponseBody(std::string_view encoding, std::strin
              .first;
   }
   it->second->Increment();
+}
+
+void PrometheusExporter::SetIdentityCache(uint64_t hits, uint64_t misses) {
+  AddCumulative(*identity_cache_, identity_cache_seen_, "result", "hit", hits);
+  AddCumulative(*identity_cache_, identity_cache_seen_, "result", "miss", misses);
 }
 
 void PrometheusExporter::SetEtcdLinks(uint64_t lists, uint64_t matched) {

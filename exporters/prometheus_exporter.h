@@ -80,6 +80,8 @@ class PrometheusExporter {
   // Consistent LISTs seen with etcd attached, and how many were matched to their etcd Range
   // (cumulative).
   void SetEtcdLinks(uint64_t lists, uint64_t matched);
+  // stormwatch_identity_cache_lookups_total{result="hit"|"miss"}: cumulative counts.
+  void SetIdentityCache(uint64_t hits, uint64_t misses);
   // A write's response body the agent read for object facts: its encoding (json, protobuf,
   // other) and what it gave (object, partial, not_object, unreadable).
   void CountResponseBody(std::string_view encoding, std::string_view result);
@@ -167,6 +169,8 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Counter>* response_bodies_;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*, std::less<>> response_body_counters_;
   std::map<std::string, uint64_t> etcd_links_seen_;
+  prometheus::Family<prometheus::Counter>* identity_cache_;
+  std::map<std::string, uint64_t> identity_cache_seen_;
   prometheus::Family<prometheus::Histogram>* duration_;
   prometheus::Family<prometheus::Gauge>* storm_active_;
   prometheus::Family<prometheus::Counter>* storms_total_;

@@ -51,6 +51,9 @@ struct AgentOptions {
   // Series with a client label keep at most this many clients; the rest fold into
   // client="other".
   size_t max_clients_per_metric = 500;
+  // Decoded client identities kept (by token and user agent): more distinct tokens than this,
+  // live at once, and requests decode their token again.
+  size_t max_identities = 16384;
   // APF priority-level and flow-schema UIDs -> names, for UIDs the agent cannot look up.
   std::map<std::string, std::string> apf_static_names;
   // Where the cluster's APF objects are listed to name those UIDs (in cluster by default).

@@ -380,6 +380,8 @@ Schema BuildSchema() {
                    Range{4096, double{1u << 30}}, RingBufferBytesProblem, PowersOfTwo(4096, 1u << 30));
   s.Number<size_t>("limits.max_clients",
                    [](auto& o) -> auto& { return o.max_clients_per_metric; }, kTracked);
+  s.Number<size_t>("limits.max_identities", [](auto& o) -> auto& { return o.max_identities; },
+                   kTracked);
 
   s.DetectorKeys<UpdateLoopConfig>("update_loop",
                                    [](auto& o) -> auto& { return o.detectors.update_loop; })

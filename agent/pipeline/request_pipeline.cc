@@ -29,7 +29,8 @@ IdentityRef IdentityCache::Resolve(std::string_view authorization, std::string_v
 
 RequestPipeline::RequestPipeline(const DetectorsConfig& detectors, AssemblerLimits limits,
                                  ConnectionLookups connections, ApfNaming apf)
-    : connections_(std::move(connections)),
+    : identities_(limits.max_identities),
+      connections_(std::move(connections)),
       assembler_([this](const RequestConnection& c, std::string_view a,
                         std::string_view ua) { return Resolve(c, a, ua); },
                  limits),
@@ -296,7 +297,9 @@ PipelineHealth RequestPipeline::Health() const {
                            {"grpc_return_without_call", g.returns_without_call},
                            {"grpc_call_evicted", g.calls_evicted}},
           .etcd_lists = l.lists,
-          .etcd_lists_matched = l.lists_matched};
+          .etcd_lists_matched = l.lists_matched,
+          .identity_cache_hits = identities_.hits(),
+          .identity_cache_misses = identities_.misses()};
 }
 
 }  // namespace stormwatch

@@ -28,6 +28,9 @@ int ParseRetryAfter(std::string_view value);
 struct AssemblerLimits {
   size_t max_pending = 65536;                    // in-flight requests (watches included)
   uint64_t max_age_ns = 2 * 3600ull * 1000000000;  // longer than any apiserver watch timeout
+  // Decoded identities the resolver keeps (limits.max_identities): a token not among them is
+  // decoded again (~11 us); each kept one costs ~0.5 KiB.
+  size_t max_identities = 16384;
 };
 
 struct AssemblerStats {

@@ -258,6 +258,28 @@ TEST(PipelineIdentity, LiveRequestsShareTheCachedIdentity) {
   EXPECT_EQ(seen[0]->user_agent, "op/v1");
 }
 
+// limits.max_identities bounds the decoded identities; every lookup is counted, by result.
+TEST(PipelineIdentity, CacheHoldsMaxIdentitiesAndCountsLookups) {
+  PrometheusExporter exporter;
+  MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {},
+                           AssemblerLimits{.max_identities = 2});
+  uint32_t stream = 1;
+  for (const char* token : {"token-a", "token-b", "token-a", "token-c", "token-b", "token-a"}) {
+    pipeline.OnEvent(RequestEvent(0xc000100000, stream, 1000,
+                                  {{":method", "GET"},
+                                   {":path", "/api/v1/namespaces/default/configmaps/a"},
+                                   {"authorization", std::string("Bearer ") + token},
+                                   {"user-agent", "op/v1"}}));
+    pipeline.OnEvent(ResponseEvent(0xc000100000, stream, 2000, 200));
+    stream += 2;
+  }
+  // a miss, b miss, a hit, c miss (b out), b miss (a out), a miss.
+  pipeline.Tick(3'000'000'000);
+  const std::string text = exporter.Scrape();
+  EXPECT_NE(text.find("stormwatch_identity_cache_lookups_total{result=\"hit\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("stormwatch_identity_cache_lookups_total{result=\"miss\"} 5"), std::string::npos);
+}
+
 TEST(PipelineIdentity, CertificateNamesTokenlessRequestsOnly) {
   PrometheusExporter exporter;
   auto cert_identity = [](const RequestConnection&) -> std::optional<Identity> {
