@@ -43,7 +43,6 @@ class IdentityCache {
   IdentityRef Resolve(std::string_view authorization, std::string_view user_agent);
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
-  size_t size() const { return lru_.size(); }
 
  private:
   BoundedLru<uint64_t, IdentityRef> lru_;  // by keyed hash of (authorization, user agent)
