@@ -68,12 +68,10 @@ void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       CombineKeys(keys.client, keys.object),
       [&] {
         ContendedObject fresh(static_cast<size_t>(config_.sustain_s) + 1);
-        fresh.entry_key = key;
-        fresh.namespace_ = info.namespace_;
-        fresh.name = info.name;
+        fresh.Reset(key, info);
         return fresh;
       },
-      [](uint64_t, ContendedObject&) {});
+      [](uint64_t, ContendedObject&) {}, [&](ContendedObject& reused) { reused.Reset(key, info); });
   o.conflicts.Add(now_ns);
 }
 

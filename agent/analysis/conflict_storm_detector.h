@@ -60,6 +60,14 @@ class ConflictStormDetector final : public StormDetector {
     std::string namespace_;
     std::string name;
     SecondBuckets conflicts;
+
+    // As a new object of entry `entry`, its buffers kept (BoundedLru's reuse).
+    void Reset(uint64_t entry, const RequestInfo& info) {
+      entry_key = entry;
+      namespace_.assign(info.namespace_);
+      name.assign(info.name);
+      conflicts.Clear();
+    }
   };
 
   bool Holds(const Entry& e, int64_t last) const;

@@ -53,13 +53,11 @@ void ListStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       CombineKeys(keys.user, keys.resource),
       [&] {
         Entry fresh(ring);
-        fresh.identity = SharedIdentity(r);
-        fresh.api_group = r.info.api_group;
-        fresh.resource = r.info.resource;
-        fresh.first_seen_ns = now_ns;
+        fresh.Reset(r, now_ns);
         return fresh;
       },
-      [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
+      [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); },
+      [&](Entry& reused) { reused.Reset(r, now_ns); });
   KeepLatestIdentity(e.identity, r);
   if (!r.response.priority_level.empty()) e.priority_levels.Add(r.response.priority_level);
   if (!r.response.flow_schema.empty()) e.flow_schemas.Add(r.response.flow_schema);

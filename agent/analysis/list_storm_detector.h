@@ -70,6 +70,19 @@ class ListStormDetector final : public StormDetector {
     Tally priority_levels{4};
     Tally flow_schemas{4};
     StormAlert alert{ResolvedEvidence::kAsFired};
+
+    // As a new entry of `r`'s client and resource, first seen now, its buffers kept
+    // (BoundedLru's reuse of an evicted one).
+    void Reset(const RequestRecord& r, int64_t now_ns) {
+      identity = SharedIdentity(r);
+      api_group.assign(r.info.api_group);
+      resource.assign(r.info.resource);
+      first_seen_ns = now_ns;
+      seconds.Clear();
+      priority_levels.Clear();
+      flow_schemas.Clear();
+      alert = StormAlert(ResolvedEvidence::kAsFired);
+    }
   };
 
   Second WindowSum(const Entry& e, int64_t last) const;

@@ -50,6 +50,11 @@ class SecondRing {
   }
 
   size_t seconds() const { return slots_.size(); }
+  // Empty again, as newly made (the buffer kept).
+  void Clear() {
+    std::fill(slots_.begin(), slots_.end(), T{});
+    head_ = INT64_MIN / 2;
+  }
 
  private:
   size_t Index(int64_t s) const {

@@ -44,6 +44,8 @@ inline IdentityRef SharedIdentity(const RequestRecord& r) {
 // certificate's groups, once seen, stay (one client may send a token, then a certificate).
 // Copies only when something changed: the common case shares the interned identity.
 inline void KeepLatestIdentity(IdentityRef& kept, const RequestRecord& r) {
+  // The common case: the record's shared identity is the one kept (nothing to compare).
+  if (kept == r.shared_identity) return;
   const Identity& seen = r.identity;
   const bool user_agent = kept->user_agent != seen.user_agent;
   const bool masters = seen.system_masters && !kept->system_masters;
@@ -149,6 +151,7 @@ class SecondBuckets {
     return true;
   }
   size_t seconds() const { return counts_.seconds(); }
+  void Clear() { counts_.Clear(); }
 
  private:
   SecondRing<double> counts_;

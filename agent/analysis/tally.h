@@ -16,6 +16,12 @@ class Tally {
  public:
   explicit Tally(size_t capacity = 8) : capacity_(capacity) {}
 
+  // Nothing counted, as newly made (the buffer kept).
+  void Clear() {
+    counts_.clear();
+    other_ = 0;
+  }
+
   void Add(const std::string& value, uint64_t n = 1) {
     for (auto& [v, count] : counts_) {
       if (v == value) {

@@ -73,7 +73,8 @@ void ThrottledClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
         fresh.identity = SharedIdentity(r);
         return fresh;
       },
-      [&](uint64_t, Client& victim) { evicted_.Evict(victim.alert, now_ns); });
+      [&](uint64_t, Client& victim) { evicted_.Evict(victim.alert, now_ns); },
+      [&](Client& reused) { reused.Reset(SharedIdentity(r)); });
   KeepLatestIdentity(c.identity, r);
   c.requests.Add(now_ns);
   if (!r.response.priority_level.empty()) c.priority_level = r.response.priority_level;

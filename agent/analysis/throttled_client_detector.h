@@ -67,6 +67,19 @@ class ThrottledClientDetector final : public StormDetector {
     std::string priority_level;
     std::string flow_schema;
     StormAlert alert{ResolvedEvidence::kLatest};
+
+    // As a new Client of `who`, its buffers kept (BoundedLru's reuse of an evicted one).
+    void Reset(IdentityRef who) {
+      identity = std::move(who);
+      requests.Clear();
+      throttled.Clear();
+      resources.clear();
+      retry_after_min_s = retry_after_max_s = -1;
+      last_throttled_s = INT64_MIN / 2;
+      priority_level.clear();
+      flow_schema.clear();
+      alert = StormAlert(ResolvedEvidence::kLatest);
+    }
   };
 
   void CountResource(Client& c, const RequestRecord& r, int64_t now_ns) const;

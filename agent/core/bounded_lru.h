@@ -110,6 +110,29 @@ class BoundedLru {
     return At(s).entry().second;
   }
 
+  // The same, but when the map is full the least recent key's value is handed to
+  // `reuse(value)` to become the new key's, instead of being destroyed and `make()` called: a
+  // value that owns buffers (strings, rings, sketches) keeps them, so a table that turns over
+  // (more live keys than its capacity) allocates nothing per insert. `reuse` must leave the
+  // value as `make()` would have made it.
+  template <typename Make, typename OnEvict, typename Reuse>
+  Value& FindOrInsert(const Key& key, Make make, OnEvict on_evict, Reuse reuse) {
+    if (Value* v = Touch(key)) return *v;
+    if (size_ < capacity_) return FindOrInsert(key, make, on_evict);
+    Entry& victim = At(tail_).entry();
+    on_evict(victim.first, victim.second);
+    Value value = std::move(victim.second);
+    index_.erase(victim.first);
+    Release(tail_);
+    ++evictions_;
+    reuse(value);
+    const uint32_t s = Acquire();
+    new (At(s).storage) Entry(key, std::move(value));
+    LinkFront(s);
+    index_.emplace(key, s);
+    return At(s).entry().second;
+  }
+
   // The least recently touched entry, nullptr when empty (for expiry from the old end).
   Entry* Oldest() { return tail_ == kNil ? nullptr : &At(tail_).entry(); }
 

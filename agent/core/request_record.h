@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <absl/container/inlined_vector.h>
+
 namespace stormwatch {
 
 // Where a request ends up in kube-apiserver's terms (k8s.io/apiserver RequestInfo).
@@ -24,7 +26,8 @@ struct RequestInfo {
   std::string subresource;
   std::string name;
   // Path parts from the resource on: {resource, name, subresource, ...} (upstream Parts).
-  std::vector<std::string> parts;
+  // Inline: most paths have at most four, and a record is built per request.
+  absl::InlinedVector<std::string, 4> parts;
   // Verb came from a legacy /watch/ or /proxy/ path segment rather than the method.
   bool verb_via_path_prefix = false;
   // Raw (URL-decoded) selectors of list/watch/deletecollection requests, as upstream's

@@ -46,6 +46,8 @@ class SpaceSaving {
   void ForEach(F f) const {
     for (const auto& [key, i] : index_) f(key, slots_[i].count, slots_[i].error, slots_[i].payload);
   }
+  // Forgets every key, as a new sketch of the same capacity, keeping its buffers.
+  void Clear();
   // Halves every count: older traffic weighs less ("recent" counts).
   void Decay();
   size_t size() const { return index_.size(); }
@@ -156,6 +158,21 @@ Payload* SpaceSaving<Payload>::Add(std::string_view key, uint64_t amount) {
   SiftUp(slot.heap_pos);
   SiftDown(slot.heap_pos);
   return &slot.payload;
+}
+
+template <typename Payload>
+void SpaceSaving<Payload>::Clear() {
+  index_.clear();
+  heap_.clear();
+  free_.clear();
+  for (size_t i = slots_.size(); i > 0; --i) {
+    Slot& slot = slots_[i - 1];
+    slot.key.clear();
+    slot.count = slot.error = 0;
+    slot.heap_pos = kNotInHeap;
+    slot.payload = Payload{};
+    free_.push_back(static_cast<uint32_t>(i - 1));
+  }
 }
 
 template <typename Payload>

@@ -69,7 +69,7 @@ absl::InlinedVector<std::string_view, 8> SplitPath(std::string_view path) {
 }
 
 // First value of `key` among parsed query pairs.
-const std::string* FirstValue(const std::vector<std::pair<std::string, std::string>>& query,
+const std::string* FirstValue(const QueryParams& query,
                               std::string_view key) {
   for (const auto& [k, v] : query) {
     if (k == key) return &v;
@@ -99,7 +99,7 @@ bool IsValidPathSegmentName(std::string_view name) {
 // Whether metainternalversionscheme.ParameterCodec.DecodeParameters would fail on these
 // query values for ListOptions: selectors that do not parse, or integer fields that are
 // not integers. Bool and string fields never fail.
-bool ListOptionsDecodeFails(const std::vector<std::pair<std::string, std::string>>& query) {
+bool ListOptionsDecodeFails(const QueryParams& query) {
   if (const std::string* v = FirstValue(query, "labelSelector");
       v && !ValidateLabelSelector(*v).ok()) {
     return true;
@@ -429,8 +429,8 @@ std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space)
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> ParseQuery(std::string_view raw_query) {
-  std::vector<std::pair<std::string, std::string>> out;
+QueryParams ParseQuery(std::string_view raw_query) {
+  QueryParams out;
   while (!raw_query.empty()) {
     size_t amp = raw_query.find('&');
     std::string_view pair = raw_query.substr(0, amp);
@@ -553,7 +553,11 @@ RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_
   // Start as a non-resource request until proven otherwise. Go's URL.Path is the decoded
   // path; a target Go could not parse never reaches the apiserver, so keep it raw.
   RequestInfo info;
-  info.path = PercentDecode(raw_path, /*plus_is_space=*/false).value_or(std::string(raw_path));
+  if (auto decoded = PercentDecode(raw_path, /*plus_is_space=*/false)) {
+    info.path = std::move(*decoded);
+  } else {
+    info.path = raw_path;
+  }
   info.verb = ToLower(method);
 
   const auto parts = SplitPath(info.path);
@@ -605,9 +609,9 @@ RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_
   if (p.size() >= 2) info.name = p[1];
   if (p.size() >= 1) info.resource = p[0];
 
-  std::vector<std::pair<std::string, std::string>> query;
+  QueryParams query;
   bool query_parsed = false;
-  auto parsed_query = [&]() -> const std::vector<std::pair<std::string, std::string>>& {
+  auto parsed_query = [&]() -> const QueryParams& {
     if (!query_parsed) {
       query = ParseQuery(raw_query);
       query_parsed = true;

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <absl/container/inlined_vector.h>
+
 #include "agent/core/request_record.h"
 #include "agent/core/result.h"
 
@@ -27,8 +29,10 @@ RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_
 std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space);
 
 // Go's url.ParseQuery: pairs in order, keys and values decoded; pairs that Go drops
-// (containing ';', empty, or with a bad escape) are dropped.
-std::vector<std::pair<std::string, std::string>> ParseQuery(std::string_view raw_query);
+// (containing ';', empty, or with a bad escape) are dropped. Inline: a request's query has
+// a few parameters, and it is parsed per request.
+using QueryParams = absl::InlinedVector<std::pair<std::string, std::string>, 4>;
+QueryParams ParseQuery(std::string_view raw_query);
 
 // First value of query parameter `key` in a request target, URL-decoded; nullopt if absent
 // (so "?resourceVersion=" gives "" and no parameter gives nullopt).

@@ -20,7 +20,7 @@ void ClientPeers::Observe(uint64_t client_key, const std::string& client,
         fresh.name = client;
         return fresh;
       },
-      [](uint64_t, const Client&) {});
+      [](uint64_t, const Client&) {}, [&](Client& reused) { reused.Reset(client); });
   ++c.requests;
   ++total_requests_;
   c.last_ns = now_ns;

@@ -94,6 +94,17 @@ class ClientPeers final : public RecordSink {
     uint64_t lists = 0, list_bytes = 0, conflicts = 0, throttled = 0;
     std::string priority_level;     // the latest request's that had one
     uint64_t requests_at_top = 0;   // `requests` at the previous TopSnapshot
+
+    // As a new Client named `client`, its buffers kept (BoundedLru's reuse of an evicted one).
+    void Reset(const std::string& client) {
+      name.assign(client);
+      requests = 0;
+      last_ns = 0;
+      peers.Clear();
+      lists = list_bytes = conflicts = throttled = 0;
+      priority_level.clear();
+      requests_at_top = 0;
+    }
   };
   static nlohmann::json PeersJson(const Client& c, size_t limit);
 

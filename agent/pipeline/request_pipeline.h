@@ -154,8 +154,9 @@ class RequestPipeline {
   IdentityRef InternIdentity(const RequestRecord& r);
 
   IdentityCache identities_;
-  static constexpr size_t kInternedIdentities = 8192;
-  BoundedLru<uint64_t, IdentityRef> interned_identities_{kInternedIdentities};
+  // As many as the live identity cache holds (limits.max_identities), so a replay shares
+  // identities as the live path does.
+  BoundedLru<uint64_t, IdentityRef> interned_identities_;
   ConnectionLookups connections_;
   ClientPeers peers_;
   RequestAssembler assembler_;

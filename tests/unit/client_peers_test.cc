@@ -57,6 +57,31 @@ TEST(ClientPeers, ClientsAreBoundedLeastRecentFirst) {
   EXPECT_EQ(peers.TopPeers("sa:4").size(), 1u);
 }
 
+TEST(ClientPeers, AClientTakingAnEvictedOnesPlaceStartsFromNothing) {
+  ClientPeers peers(1);
+  const std::string exempt = "exempt";
+  const uint64_t a = ClientPeers::KeyOf("sa:a"), b = ClientPeers::KeyOf("sa:b");
+  for (int i = 0; i < 3; ++i) {
+    peers.Observe(a, "sa:a", "10.0.0." + std::to_string(i) + ":1", "10.0.0.9:6443", kSec,
+                  {.list = true, .response_bytes = 100, .status = 409, .priority_level = &exempt});
+  }
+  // sa:b takes sa:a's place (and its buffers): nothing of sa:a's may show.
+  peers.Observe(b, "sa:b", "10.1.0.1:2", "10.0.0.9:6443", 2 * kSec, {.status = 200});
+  EXPECT_EQ(peers.evictions(), 1u);
+  EXPECT_EQ(peers.TopPeers("sa:a"), nlohmann::json::array());
+  const nlohmann::json top = peers.TopSnapshot(2 * kSec);
+  ASSERT_EQ(top.size(), 1u);
+  EXPECT_EQ(top[0]["client"], "sa:b");
+  EXPECT_EQ(top[0]["requests"], 1);
+  EXPECT_EQ(top[0]["lists"], 0);
+  EXPECT_EQ(top[0]["list_bytes"], 0);
+  EXPECT_EQ(top[0]["conflicts"], 0);
+  EXPECT_EQ(top[0]["priority_level"], "");
+  EXPECT_EQ(peers.TopPeers("sa:b"),
+            nlohmann::json::parse(R"([{"ip":"10.1.0.1","requests":1,"last_peer":"10.1.0.1:2",)"
+                                  R"("last_local":"10.0.0.9:6443"}])"));
+}
+
 TEST(ClientPeers, TopSnapshotCountsListsConflictsThrottlesAndApfPerClient) {
   ClientPeers peers;
   const std::string workload_low = "workload-low", exempt = "exempt", none;

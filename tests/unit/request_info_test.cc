@@ -353,7 +353,7 @@ TEST_P(RequestInfoApiTest, MatchesUpstream) {
   EXPECT_EQ(info.resource, c.resource);
   EXPECT_EQ(info.subresource, c.subresource);
   EXPECT_EQ(info.name, c.name);
-  EXPECT_EQ(info.parts, c.parts);
+  EXPECT_EQ(std::vector<std::string>(info.parts.begin(), info.parts.end()), c.parts);
 }
 
 INSTANTIATE_TEST_SUITE_P(RequestInfoTestGetAPIRequestInfo, RequestInfoApiTest,
@@ -632,8 +632,7 @@ TEST(RequestInfoTest, QueryParam) {
 
 TEST(RequestInfoTest, ParseQueryLikeGo) {
   auto q = ParseQuery("a=1&&b&c=%41&d=x;y&e=%g1&=v&f=1=2");
-  std::vector<std::pair<std::string, std::string>> want = {
-      {"a", "1"}, {"b", ""}, {"c", "A"}, {"", "v"}, {"f", "1=2"}};
+  QueryParams want = {{"a", "1"}, {"b", ""}, {"c", "A"}, {"", "v"}, {"f", "1=2"}};
   EXPECT_EQ(q, want);
 }
 

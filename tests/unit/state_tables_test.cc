@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agent/core/bounded_lru.h"
+#include "agent/core/space_saving.h"
 #include "agent/analysis/second_ring.h"
 #include "agent/kube/record_keys.h"
 #include "exporters/client_cap.h"
@@ -47,6 +48,38 @@ TEST(BoundedLru, EvictsLeastRecentAndIteratesMostRecentFirst) {
 
 // Against a std::list + std::map reference: 200k random finds, inserts and erases over 3,000
 // keys with room for 1,000, including erasing while iterating; Oldest() is the list's back.
+TEST(BoundedLru, AFullTableHandsTheEvictedValueToReuseInsteadOfMakingOne) {
+  BoundedLru<uint64_t, std::vector<int>> lru(2);
+  auto never = [](uint64_t, std::vector<int>&) { ADD_FAILURE() << "nothing to evict"; };
+  auto no_reuse = [](std::vector<int>&) { ADD_FAILURE() << "not full: made, not reused"; };
+  lru.FindOrInsert(1, [] { return std::vector<int>(100, 1); }, never, no_reuse);
+  lru.FindOrInsert(2, [] { return std::vector<int>(100, 2); }, never, no_reuse);
+  const int* first_buffer = lru.Find(1)->data();
+  std::vector<uint64_t> evicted;
+  int reused = 0;
+  std::vector<int>& three = lru.FindOrInsert(
+      3, []() -> std::vector<int> { ADD_FAILURE() << "full: reused, not made"; return {}; },
+      [&](uint64_t key, std::vector<int>& v) {
+        evicted.push_back(key);
+        EXPECT_EQ(v.front(), 1);  // on_evict sees the value before reuse resets it
+      },
+      [&](std::vector<int>& v) {
+        ++reused;
+        std::fill(v.begin(), v.end(), 3);
+      });
+  EXPECT_EQ(evicted, std::vector<uint64_t>{1});
+  EXPECT_EQ(reused, 1);
+  EXPECT_EQ(three.data(), first_buffer);  // key 1's buffer, now key 3's: nothing allocated
+  EXPECT_EQ(three, std::vector<int>(100, 3));
+  EXPECT_EQ(lru.Find(1), nullptr);
+  EXPECT_EQ(*lru.Find(2), std::vector<int>(100, 2));
+  EXPECT_EQ(lru.size(), 2u);
+  EXPECT_EQ(lru.evictions(), 1u);
+  // A key already held is only touched.
+  lru.FindOrInsert(2, [] { return std::vector<int>(); }, never, no_reuse);
+  EXPECT_EQ(lru.begin()->first, 2u);
+}
+
 TEST(BoundedLru, MatchesAReferenceLruOnRandomOperations) {
   constexpr size_t kCapacity = 1000;
   BoundedLru<uint64_t, uint64_t> lru(kCapacity);
@@ -204,6 +237,25 @@ TEST(SpaceSavingTest, HeapKeepsWhatTheOrderedSetKept) {
       ASSERT_EQ(sketch.size(), ref.Guaranteed().size());
     }
   }
+}
+
+TEST(SpaceSavingTest, ClearedSketchCountsAsANewOne) {
+  SpaceSaving<std::string> used(4), fresh(4);
+  for (int i = 0; i < 50; ++i) *used.Add("k" + std::to_string(i % 7), 1 + i % 3) = "payload";
+  used.Clear();
+  EXPECT_EQ(used.size(), 0u);
+  EXPECT_EQ(used.Guaranteed("k1"), 0u);
+  EXPECT_TRUE(used.Top(10).empty());
+  // The same stream (more keys than slots) into both: the same counts, slots and payloads.
+  for (int i = 0; i < 40; ++i) {
+    const std::string key = "n" + std::to_string((i * 5) % 9);
+    std::string* a = used.Add(key, 1 + i % 2);
+    std::string* b = fresh.Add(key, 1 + i % 2);
+    EXPECT_EQ(*a, *b) << i;  // a payload is reset when its slot changes hands
+    *a = *b = key;
+  }
+  EXPECT_EQ(used.Top(4), fresh.Top(4));
+  EXPECT_EQ(used.size(), fresh.size());
 }
 
 TEST(RecordKeys, FieldsAreDelimitedAndKeysFollowTheRecord) {
