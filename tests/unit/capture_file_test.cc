@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -305,6 +306,26 @@ TEST(CaptureFile, BytesThatAreNotUtf8RoundTrip) {
   auto second = (*reader)->Next();
   ASSERT_TRUE(second.ok()) << second.error().message;
   EXPECT_TRUE(second->has_value());
+  reader->reset();
+
+  // The header's hostname is gethostname()'s: any bytes on Linux. One that is not UTF-8 (patched
+  // in place: same length) still opens the file.
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const size_t at = bytes.find(std::string("\x2a") + static_cast<char>(std::strlen(host)) + host);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 2] = '\xff';
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  auto patched = CaptureReader::Open(path);
+  ASSERT_TRUE(patched.ok()) << patched.error().message;
+  EXPECT_EQ((*patched)->header().hostname, "\xff" + std::string(host + 1));
+  auto record = (*patched)->Next();
+  ASSERT_TRUE(record.ok() && record->has_value());
   std::filesystem::remove(path);
 }
 
