@@ -283,7 +283,9 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
     spdlog::critical("{}", probes.error().message);
     return 1;
   }
-  TargetManagerOptions target_options{options.target_names, options.pids};
+  TargetManagerOptions target_options;  // find, read and plan: the agent's own (/proc)
+  target_options.names = options.target_names;
+  target_options.pids = options.pids;
   TargetManager targets(probes->get(), target_options,
                         [&](const TargetStatus& t, bool present) {
                           PublishTargetChange(*exporter, t, present);

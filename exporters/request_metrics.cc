@@ -107,9 +107,14 @@ void RequestMetrics::OnStormTransition(const StormTransition& t) {
   const bool firing = t.state == StormState::kFiring;
   // The resource and namespace came from a path: as for the request counters, what could not
   // name a served API is "other" (a label must be valid UTF-8, or the whole scrape fails).
-  MetricLabels api{.group = e.api_group, .version = "v1", .resource = e.resource};
+  MetricLabels api;
+  api.group = e.api_group;
+  api.version = "v1";
+  api.resource = e.resource;
   const bool named = CouldBeServedApi(api);
-  MetricLabels ns{.version = "v1", .resource = e.namespace_};
+  MetricLabels ns;  // a namespace is valid where a core resource name would be
+  ns.version = "v1";
+  ns.resource = e.namespace_;
   exporter_->SetStormActive({{"storm", e.storm},
                              {"client", ClientLabel(e.identity)},
                              {"group", named ? e.api_group : ""},
