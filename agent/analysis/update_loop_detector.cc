@@ -95,10 +95,24 @@ struct UpdateLoopDetector::ResourceEntry {
   SecondRing<ResourceBucket> buckets;
   int64_t first_seen_ns = 0;
   // Not a StormAlert (storm_lifecycle.h): this evidence is UpdateLoopEvidence, made a
-  // StormEvidence only behind the common interface, and a refresh keeps its rule too.
-  bool firing = false;
-  UpdateLoopEvidence fired;  // evidence at Firing; Resolved repeats it
-  UpdateLoopEvidence live;   // refreshed by each Evaluate while firing
+  // StormEvidence only behind the common interface, and a refresh keeps its rule too. Held
+  // only while firing, so the many quiet keys cost a pointer each.
+  struct Firing {
+    UpdateLoopEvidence fired;  // evidence at Firing; Resolved repeats it
+    UpdateLoopEvidence live;   // refreshed by each Evaluate while firing
+  };
+  std::unique_ptr<Firing> firing;
+
+  // As a new entry of `r`'s client and resource, its ring kept (BoundedLru's reuse).
+  void Reset(uint64_t entry_key, const RequestRecord& r, int64_t now_ns) {
+    key = entry_key;
+    identity = SharedIdentity(r);
+    api_group.assign(r.info.api_group);
+    resource.assign(r.info.resource);
+    buckets.Clear();
+    first_seen_ns = now_ns;
+    firing.reset();
+  }
 };
 
 std::vector<std::string> UpdateLoopConfig::Problems() const {
@@ -143,20 +157,23 @@ UpdateLoopDetector::ResourceEntry& UpdateLoopDetector::TouchResource(const Reque
     return *found;
   }
   ResourceEntry& res = resources_.FindOrInsert(
-      key, [&] { return ResourceEntry(resource_ring_); },
+      key,
+      [&] {
+        ResourceEntry fresh(resource_ring_);
+        fresh.Reset(key, r, now_ns);
+        return fresh;
+      },
       [&](uint64_t, ResourceEntry& victim) {
         // A firing storm must still end with exactly one Resolved.
-        if (victim.firing) pending_.push_back({StormState::kResolved, 0, victim.fired});
+        if (victim.firing) {
+          pending_.push_back({StormState::kResolved, 0, std::move(victim.firing->fired)});
+        }
         ++stats_.resource_evictions;
-      });
+      },
+      [&](ResourceEntry& reused) { reused.Reset(key, r, now_ns); });
   for (UpdateLoopTransition& t : pending_) {
     if (t.at_ns == 0) t.at_ns = now_ns;
   }
-  res.key = key;
-  res.identity = SharedIdentity(r);
-  res.api_group = r.info.api_group;
-  res.resource = r.info.resource;
-  res.first_seen_ns = now_ns;
   return res;
 }
 
@@ -320,9 +337,7 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
       }
       ev.since_ns = since * kBucketNs;
       ev.fired_ns = now_ns;
-      res.firing = true;
-      res.fired = ev;
-      res.live = ev;
+      res.firing = std::make_unique<ResourceEntry::Firing>(ResourceEntry::Firing{ev, ev});
       out.push_back({StormState::kFiring, now_ns, std::move(ev)});
       continue;
     }
@@ -333,15 +348,16 @@ std::vector<UpdateLoopTransition> UpdateLoopDetector::Evaluate(int64_t now_ns) {
       return b.writes < config_.resource_rate && b.max_object_writes < config_.object_rate;
     });
     if (calm) {
-      res.firing = false;
-      out.push_back({StormState::kResolved, now_ns, res.fired});
+      out.push_back({StormState::kResolved, now_ns, std::move(res.firing->fired)});
+      res.firing.reset();
       continue;
     }
     UpdateLoopEvidence ev = BuildEvidence(res, last, top_objects());
-    ev.rule = res.fired.rule;
-    ev.since_ns = res.fired.since_ns;
-    ev.fired_ns = res.fired.fired_ns;
-    res.live = std::move(ev);
+    const UpdateLoopEvidence& fired = res.firing->fired;
+    ev.rule = fired.rule;
+    ev.since_ns = fired.since_ns;
+    ev.fired_ns = fired.fired_ns;
+    res.firing->live = std::move(ev);
   }
   for (UpdateLoopTransition& t : out) {
     if (t.at_ns == 0) t.at_ns = now_ns;
@@ -353,7 +369,7 @@ std::vector<ActiveUpdateLoop> UpdateLoopDetector::Active() const {
   std::vector<ActiveUpdateLoop> active;
   for (const auto& kv : resources_) {
     const ResourceEntry& res = kv.second;
-    if (res.firing) active.push_back(res.live);
+    if (res.firing) active.push_back(res.firing->live);
   }
   return active;
 }
