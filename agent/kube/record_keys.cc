@@ -1,5 +1,6 @@
 #include "agent/kube/record_keys.h"
 
+#include <algorithm>
 #include <string>
 
 #include "agent/kube/identity.h"
@@ -7,14 +8,23 @@
 namespace stormwatch {
 
 uint64_t HashFields(std::initializer_list<std::string_view> fields) {
-  // One buffer per thread, grown once: no allocation per record.
-  thread_local std::string joined;
-  joined.clear();
-  for (std::string_view f : fields) {
-    joined.append(f);
-    joined.push_back('\x1f');
+  // The fields joined on the stack (names and namespaces are short); longer ones in a buffer
+  // of the thread's, grown once: no allocation per record either way.
+  size_t size = 0;
+  for (std::string_view f : fields) size += f.size() + 1;
+  char stack[256];
+  thread_local std::string long_fields;
+  char* out = stack;
+  if (size > sizeof(stack)) {
+    long_fields.resize(size);
+    out = long_fields.data();
   }
-  return KeyedHash(joined);
+  char* at = out;
+  for (std::string_view f : fields) {
+    at = std::copy(f.begin(), f.end(), at);
+    *at++ = '\x1f';
+  }
+  return KeyedHash(std::string_view(out, size));
 }
 
 RecordKeys RecordKeysOf(const RequestRecord& r) {

@@ -15,6 +15,7 @@
 #include "agent/core/bounded_lru.h"
 #include "agent/core/space_saving.h"
 #include "agent/analysis/second_ring.h"
+#include "agent/kube/identity.h"
 #include "agent/kube/record_keys.h"
 #include "exporters/client_cap.h"
 
@@ -104,7 +105,9 @@ TEST(BoundedLru, MatchesAReferenceLruOnRandomOperations) {
         const uint64_t* v = lru.Find(key);
         auto it = ref_find(key);
         ASSERT_EQ(v != nullptr, it != ref.end());
-        if (v) ASSERT_EQ(*v, it->second);
+        if (v) {
+          ASSERT_EQ(*v, it->second);
+        }
         break;
       }
       default: {
@@ -128,7 +131,9 @@ TEST(BoundedLru, MatchesAReferenceLruOnRandomOperations) {
     }
     auto* oldest = lru.Oldest();  // the expiry end: the reference's back
     ASSERT_EQ(oldest != nullptr, !ref.empty());
-    if (oldest) ASSERT_EQ(oldest->first, ref.back().first);
+    if (oldest) {
+      ASSERT_EQ(oldest->first, ref.back().first);
+    }
     if (i % 20000 == 0) {  // erase every 7th key while iterating
       for (auto it = lru.begin(); it != lru.end();) it = it->first % 7 == 0 ? lru.Erase(it) : std::next(it);
       ref.remove_if([](const auto& e) { return e.first % 7 == 0; });
@@ -262,6 +267,13 @@ TEST(RecordKeys, FieldsAreDelimitedAndKeysFollowTheRecord) {
   EXPECT_NE(HashFields({"ab", "c"}), HashFields({"a", "bc"}));
   EXPECT_EQ(HashFields({"a", "bc"}), HashFields({"a", "bc"}));
   EXPECT_NE(CombineKeys(1, 2), CombineKeys(2, 1));
+  // The fields joined with \x1f after each, hashed with the process key: short fields on the
+  // stack, long ones (past 256 bytes) in another buffer, the same hash either way.
+  EXPECT_EQ(HashFields({"a", "bc"}), KeyedHash("a\x1f" "bc\x1f"));
+  const std::string long_name(300, 'n'), longer(700, 'm');
+  EXPECT_EQ(HashFields({"ns", long_name}), KeyedHash("ns\x1f" + long_name + "\x1f"));
+  EXPECT_EQ(HashFields({longer}), KeyedHash(longer + "\x1f"));
+  EXPECT_EQ(HashFields({"a", "bc"}), KeyedHash("a\x1f" "bc\x1f"));  // after a long one
 
   RequestRecord r;
   r.identity.user = "system:serviceaccount:shop:carts";
