@@ -71,12 +71,11 @@ void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordK
         CombineKeys(keys.resource, keys.client),
         [&] {
           Writer fresh(kWriterBuckets);
-          fresh.identity = SharedIdentity(r);
-          fresh.packed_identity = PackedIdentity(*fresh.identity);
-          fresh.resource_key = keys.resource;
+          fresh.Reset(SharedIdentity(r), keys.resource);
           return fresh;
         },
-        [](uint64_t, Writer&) {});
+        [](uint64_t, Writer&) {},
+        [&](Writer& reused) { reused.Reset(SharedIdentity(r), keys.resource); });
     // SecondBuckets counts per second of its argument: a coarser clock gives coarser buckets.
     w.writes.Add(now_ns / writer_bucket_s_);
     w.last_write_ns = std::max(w.last_write_ns, now_ns);

@@ -69,6 +69,15 @@ class StuckFinalizersDetector final : public StormDetector {
     uint64_t resource_key = 0;
     SecondBuckets writes;  // in coarse buckets of writer_bucket_s_ seconds, not 1 s
     int64_t last_write_ns = 0;
+
+    // As a new writer of `who` on `resource`, its ring kept (BoundedLru's reuse).
+    void Reset(IdentityRef who, uint64_t resource) {
+      identity = std::move(who);
+      packed_identity = PackedIdentity(*identity);
+      resource_key = resource;
+      writes.Clear();
+      last_write_ns = 0;
+    }
   };
   struct Resource {
     Resource() : deletes(61) {}
