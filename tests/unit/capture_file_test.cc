@@ -151,7 +151,7 @@ TEST(CaptureFile, RotationBoundsTheDiskUsed) {
   }
   uint64_t total = 0;
   int files = 0;
-  for (const std::string p : {path, path + ".1", path + ".2", path + ".3"}) {
+  for (const std::string& p : {path, path + ".1", path + ".2", path + ".3"}) {
     if (!std::filesystem::exists(p)) continue;
     ++files;
     EXPECT_LE(std::filesystem::file_size(p), limits.max_file_bytes);
