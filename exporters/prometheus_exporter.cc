@@ -245,11 +245,7 @@ prometheus::Counter& PrometheusExporter::ClientCounter(ClientFamily family,
                                                        MakeLabels make_labels) {
   const std::string_view label = admitted ? client : std::string_view(kOtherClient);
   if (!admitted) folded_counters_[family]->Increment();
-  // The previous call's client is most often this one's (a request counts in several families).
-  if (last_client_ == nullptr || last_client_->first != label) {
-    last_client_ = &*client_counters_.try_emplace(absl::string_view(label.data(), label.size())).first;
-  }
-  auto& counters = last_client_->second[family];
+  auto& counters = ClientEntry(label).second.by_family[family];
   auto it = counters.find(key);
   if (it == counters.end()) {
     if (counters.empty()) {
@@ -262,12 +258,21 @@ prometheus::Counter& PrometheusExporter::ClientCounter(ClientFamily family,
   return *it->second;
 }
 
+std::pair<const std::string, PrometheusExporter::ClientCounters>& PrometheusExporter::ClientEntry(
+    std::string_view label) {
+  // The previous call's client is most often this one's (a request counts in several families).
+  if (last_client_ == nullptr || last_client_->first != label) {
+    last_client_ = &*client_counters_.try_emplace(absl::string_view(label.data(), label.size())).first;
+  }
+  return *last_client_;
+}
+
 void PrometheusExporter::EndClientSeries(const std::string& client) {
   auto it = client_counters_.find(client);
   if (it == client_counters_.end()) return;
   for (size_t f = 0; f < kClientFamilyCount; ++f) {
-    if (it->second[f].empty()) continue;
-    for (const auto& [key, counter] : it->second[f]) client_families_[f]->Remove(counter);
+    if (it->second.by_family[f].empty()) continue;
+    for (const auto& [key, counter] : it->second.by_family[f]) client_families_[f]->Remove(counter);
     client_series_gauges_[f]->Set(static_cast<double>(--clients_per_family_[f]));
   }
   client_counters_.erase(it);
@@ -302,7 +307,8 @@ void PrometheusExporter::Compact(int64_t now_ns) {
   UpdateExemptSeriesGauge();
 }
 
-void PrometheusExporter::CountRequest(const RequestLabels& l, uint64_t response_bytes) {
+void PrometheusExporter::CountRequest(const RequestObservation& o) {
+  const RequestLabels& l = o.labels;
   auto labels = [&l] {
     auto s = [](std::string_view v) { return std::string(v); };
     return Labels{{"verb", s(l.verb)},         {"group", s(l.group)},
@@ -310,12 +316,43 @@ void PrometheusExporter::CountRequest(const RequestLabels& l, uint64_t response_
                   {"subresource", s(l.subresource)}, {"scope", s(l.scope)}, {"code", s(l.code)}};
   };
   std::lock_guard lock(mu_);
-  const std::string& key = Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope, l.code});
-  bool admitted = cap_.Admit(l.client, /*is_request=*/true);
-  ClientCounter(kRequests, l.client, admitted, key, labels).Increment();
-  if (response_bytes) {
-    ClientCounter(kResponseBytes, l.client, admitted, key, labels)
-        .Increment(static_cast<double>(response_bytes));
+  const bool admitted = cap_.Admit(l.client, /*is_request=*/true);
+  const std::string_view label = admitted ? l.client : std::string_view(kOtherClient);
+  // The APF labels are part of the key: a label set finds all its series at once.
+  const std::string& key = Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope,
+                                l.code, o.priority_level, o.flow_schema});
+  ClientCounters& client = ClientEntry(label).second;
+  auto it = client.requests.find(key);
+  if (it == client.requests.end()) it = client.requests.try_emplace(key).first;
+  RequestSeries& series = it->second;
+  // Found the slow way once per label set and client (ClientCounter registers each series in
+  // its family's map, which EndClientSeries removes them by).
+  auto request_key = [&]() -> const std::string& {
+    return Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope, l.code});
+  };
+  if (!series.requests) series.requests = &ClientCounter(kRequests, label, true, request_key(), labels);
+  if (!admitted) folded_counters_[kRequests]->Increment();
+  series.requests->Increment();
+  if (o.response_bytes) {
+    if (!series.response_bytes) {
+      series.response_bytes = &ClientCounter(kResponseBytes, label, true, request_key(), labels);
+    }
+    if (!admitted) folded_counters_[kResponseBytes]->Increment();
+    series.response_bytes->Increment(static_cast<double>(o.response_bytes));
+  }
+  if (o.apf) {
+    if (!series.apf) {
+      series.apf = &ClientCounter(kApf, label, true, Key({o.priority_level, o.flow_schema}), [&] {
+        return Labels{{"priority_level", OrUnknown(o.priority_level)},
+                      {"flow_schema", OrUnknown(o.flow_schema)}};
+      });
+    }
+    if (!admitted) folded_counters_[kApf]->Increment();
+    series.apf->Increment();
+  }
+  if (o.duration_s >= 0) {
+    if (!series.duration) series.duration = &DurationHistogram(l.verb, l.group, l.resource);
+    series.duration->Observe(o.duration_s);
   }
 }
 
@@ -510,11 +547,17 @@ void PrometheusExporter::ObserveEtcdDuration(std::string_view method, std::strin
 
 void PrometheusExporter::ObserveDuration(std::string_view verb, std::string_view group,
                                          std::string_view resource, double seconds) {
+  std::lock_guard lock(mu_);
+  DurationHistogram(verb, group, resource).Observe(seconds);
+}
+
+prometheus::Histogram& PrometheusExporter::DurationHistogram(std::string_view verb,
+                                                             std::string_view group,
+                                                             std::string_view resource) {
   // apiserver_request_duration_seconds' buckets, so the two line up.
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3,
       4,     5,     6,    8,   10,  15,  20,  30,  45,  60};
-  std::lock_guard lock(mu_);
   const std::string& key = Key({verb, group, resource});
   auto it = duration_cache_.find(key);
   if (it == duration_cache_.end()) {
@@ -525,7 +568,7 @@ void PrometheusExporter::ObserveDuration(std::string_view verb, std::string_view
                                            kBuckets))
              .first;
   }
-  it->second->Observe(seconds);
+  return *it->second;
 }
 
 void PrometheusExporter::SetStormActive(const std::map<std::string, std::string>& labels,

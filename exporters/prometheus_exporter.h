@@ -41,6 +41,17 @@ struct RequestLabels {
   std::string_view client, verb, group, version, resource, subresource, scope, code;
 };
 
+// One finished request, as stormwatch_requests_total, stormwatch_response_bytes_total,
+// stormwatch_apf_requests_total and stormwatch_request_duration_seconds count it (views: valid
+// for the call).
+struct RequestObservation {
+  RequestLabels labels;
+  uint64_t response_bytes = 0;
+  bool apf = false;  // the response named its APF priority level or flow schema
+  std::string_view priority_level, flow_schema;
+  double duration_s = -1;  // negative: not observed (a WATCH: its duration is not latency)
+};
+
 struct ClientSeriesLimits {
   size_t max_clients = 500;  // clients with their own series, per family
   int idle_s = 600;          // a client's series end after this long without a request
@@ -63,7 +74,15 @@ class PrometheusExporter {
   // stormwatch_build_info{version, commit, libbpf, kernel} 1.
   void SetBuildInfo(const std::map<std::string, std::string>& labels);
 
-  void CountRequest(const RequestLabels& labels, uint64_t response_bytes);
+  // One lock, one client decision and one lookup per request: the series a request's labels
+  // resolve to are kept per client (RequestSeries), so a record costs a hash of its labels.
+  void CountRequest(const RequestObservation& request);
+  void CountRequest(const RequestLabels& labels, uint64_t response_bytes) {
+    RequestObservation request;
+    request.labels = labels;
+    request.response_bytes = response_bytes;
+    CountRequest(request);
+  }
   // A gRPC call etcd served (the apiserver's storage traffic): method, the key's resource
   // ("other" outside /registry), the client (certificate CN) and gRPC code name.
   void CountEtcdRequest(std::string_view method, std::string_view resource,
@@ -134,9 +153,19 @@ class PrometheusExporter {
     kRequests, kResponseBytes, kLists, kApf, kThrottled, kWatches, kEtcdRequests,
     kEtcdRangeKeys, kEtcdRangeBytes, kEtcdStreamMessages, kClientFamilyCount
   };
-  // Per client, its counters in each client family by their other labels (a key).
-  using ClientCounters =
-      std::array<absl::flat_hash_map<std::string, prometheus::Counter*>, kClientFamilyCount>;
+  // The series one request label set (CountRequest's key) counts in; null until first used.
+  struct RequestSeries {
+    prometheus::Counter* requests = nullptr;
+    prometheus::Counter* response_bytes = nullptr;
+    prometheus::Counter* apf = nullptr;
+    prometheus::Histogram* duration = nullptr;  // no client label: never removed
+  };
+  // Per client, its counters in each client family by their other labels (a key), and
+  // CountRequest's cache of them; both end with the client's series (EndClientSeries).
+  struct ClientCounters {
+    std::array<absl::flat_hash_map<std::string, prometheus::Counter*>, kClientFamilyCount> by_family;
+    absl::flat_hash_map<std::string, RequestSeries> requests;
+  };
   using Labels = std::map<std::string, std::string>;
 
   // The counter of `client` (or of "other" when it is not admitted) in `family`; `labels`
@@ -144,6 +173,10 @@ class PrometheusExporter {
   template <typename MakeLabels>
   prometheus::Counter& ClientCounter(ClientFamily family, std::string_view client, bool admitted,
                                      const std::string& key, MakeLabels make_labels);
+  // The entry of `label` (a client, or "other"), made when missing.
+  std::pair<const std::string, ClientCounters>& ClientEntry(std::string_view label);
+  prometheus::Histogram& DurationHistogram(std::string_view verb, std::string_view group,
+                                           std::string_view resource);
   void EndClientSeries(const std::string& client);
   // `values` joined by \x1f into key_ (reused: no allocation per request); under mu_.
   const std::string& Key(std::initializer_list<std::string_view> values);

@@ -55,16 +55,21 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
   const std::string& client = ClientLabel(r.identity);
   char code[16];
   const auto printed = std::to_chars(code, code + sizeof(code), r.status);
-  exporter_->CountRequest(RequestLabels{client, m.verb, m.group, m.version, m.resource,
-                                        m.subresource, m.scope,
-                                        std::string_view(code, printed.ptr - code)},
-                          r.response_bytes);
+  RequestObservation o;
+  o.labels = RequestLabels{client, m.verb, m.group, m.version, m.resource, m.subresource, m.scope,
+                           std::string_view(code, printed.ptr - code)};
+  o.response_bytes = r.response_bytes;
+  if (!r.response.priority_level_uid.empty() || !r.response.flow_schema_uid.empty()) {
+    o.apf = true;
+    o.priority_level = r.response.priority_level;
+    o.flow_schema = r.response.flow_schema;
+  }
+  // Watches last minutes by design: their duration says nothing about latency.
+  if (m.verb != "WATCH" && r.end_ns >= r.start_ns) o.duration_s = (r.end_ns - r.start_ns) / 1e9;
+  exporter_->CountRequest(o);
   if (r.info.verb == "list") {
     exporter_->CountList(client, m.group, m.resource, m.scope,
                          ConsistencyName(r.shape.consistency), r.shape.paginated);
-  }
-  if (!r.response.priority_level_uid.empty() || !r.response.flow_schema_uid.empty()) {
-    exporter_->CountApf(client, r.response.priority_level, r.response.flow_schema);
   }
   if (r.status == 429) {
     exporter_->CountThrottled(client, r.response.priority_level, r.response.retry_after_s);
@@ -72,10 +77,6 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
   if (m.verb == "WATCH" && r.end_ns >= r.start_ns) {
     exporter_->CountWatch(client, m.group, m.resource, (r.end_ns - r.start_ns) / 1e9,
                           r.shape.send_initial_events);
-  }
-  // Watches last minutes by design: their duration says nothing about latency.
-  if (m.verb != "WATCH" && r.end_ns >= r.start_ns) {
-    exporter_->ObserveDuration(m.verb, m.group, m.resource, (r.end_ns - r.start_ns) / 1e9);
   }
 }
 

@@ -199,6 +199,46 @@ TEST(PrometheusExporterTest, CountsStayExactWhileClientsComeAndGo) {
   EXPECT_EQ(m.find(R"(client="c0-0")"), std::string::npos) << m;
 }
 
+// CountRequest finds a label set's series once per client and keeps them: they must end with
+// the client's series (a kept pointer to a removed counter would count into nothing, or crash),
+// and a folded client must still count in "other" and in every family's folded counter.
+TEST(PrometheusExporterTest, ARequestsCachedSeriesEndWithItsClientAndFoldedOnesCountAsOther) {
+  PrometheusExporter e(ClientSeriesLimits{.max_clients = 2, .idle_s = 600});
+  // The observations hold views: their strings outlive them.
+  const std::string kAlice = "alice", kCarol = "carol", k200 = "200";
+  RequestObservation alice{Get(kAlice, k200), 100, true, "workload-low", "service-accounts", 0.01};
+  e.CountRequest(alice);
+  e.CountRequest(alice);
+  e.CountRequest(Get("bob"), 0);
+  RequestObservation carol{Get(kCarol, k200), 5, true, "workload-low", "service-accounts", 0.3};
+  e.CountRequest(carol);  // alice and bob hold the slots
+  RequestObservation watch{Get(kAlice, k200), 0, false, "", "", -1};
+  e.CountRequest(watch);
+  std::string m = Metrics(e);
+  const std::string pods = R"(code="200",group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1")";
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="alice",)" + pods + "} 3")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_response_bytes_total{client="alice",)" + pods + "} 200")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="alice",flow_schema="service-accounts",priority_level="workload-low"} 2)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="other",)" + pods + "} 1")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_response_bytes_total{client="other",)" + pods + "} 5")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="other",flow_schema="service-accounts",priority_level="workload-low"} 1)")) << m;
+  for (const char* family : {"requests_total", "response_bytes_total", "apf_requests_total"}) {
+    EXPECT_TRUE(Has(m, std::string(R"(stormwatch_series_folded_total{metric="stormwatch_)") + family + R"("} 1)")) << m;
+  }
+  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_count{group="",resource="pods",verb="GET"} 3)")) << m;  // not the WATCH
+  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_bucket{group="",resource="pods",verb="GET",le="0.025"} 2)")) << m;
+
+  e.Compact(60 * kSec);
+  e.Compact(700 * kSec);  // alice idle for 640 s: her series end
+  EXPECT_EQ(Metrics(e).find(R"(client="alice")"), std::string::npos);
+  e.CountRequest(alice);
+  m = Metrics(e);
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="alice",)" + pods + "} 1")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_response_bytes_total{client="alice",)" + pods + "} 100")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="alice",flow_schema="service-accounts",priority_level="workload-low"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_count{group="",resource="pods",verb="GET"} 4)")) << m;
+}
+
 TEST(PrometheusExporterTest, CompactEndsIdleClientsAndAHeavyFoldedClientTakesTheSlot) {
   PrometheusExporter e(ClientSeriesLimits{.max_clients = 1, .idle_s = 600});
   e.CountRequest(Get("early"), 0);
