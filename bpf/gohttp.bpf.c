@@ -329,6 +329,7 @@ struct {
 #define GO_CTRL_EMPTY_BIT 0x80 /* Swiss: set in empty and deleted slots' control bytes */
 #define SW_MAX_GROUP_VISITS 24
 #define SW_MAX_TABLES 8        /* Swiss directory entries read */
+#define SW_PAGE_SIZE 4096      /* x86_64 */
 
 struct go_hmap {
   __u64 count;
@@ -368,6 +369,7 @@ struct header_walk {
   __u64 ngroups;
   __u64 group_index;
   __u32 visits;
+  __u32 readable;  /* bytes of the current group read: the group size, or less (see walk_one_slot) */
   __u8 swiss;
   __u8 skip;       /* the current unit is a repeated directory entry */
   __u8 found;      /* bits: priority level, flow schema, Retry-After */
@@ -457,19 +459,33 @@ static long walk_one_slot(__u64 i, void *vctx) {
     w->skip = at == SW_SKIP_UNIT;
     if (w->skip) return 0;
     w->visits++;
+    w->readable = w->group_size;
     if (bpf_probe_read_user(g->bytes, w->group_size & (SW_MAP_GROUP_MAX - 1 | SW_MAP_GROUP_MAX), (void *)at)) {
-      count(&drops, SW_DROP_READ_FAILED);
-      return 1;
+      /* Go does not write the fresh memory it maps for its heap (the kernel gives it zeroed), so
+       * a group can end in a page the process has not touched yet, which this read cannot fault
+       * in. Then read up to the page boundary: the slots past it were never written (empty, as
+       * the control bytes at the group's start say), a bucket's overflow pointer there is nil. */
+      __u64 head = SW_PAGE_SIZE - (at & (SW_PAGE_SIZE - 1));
+      if (head >= w->group_size ||
+          bpf_probe_read_user(g->bytes, head & (SW_MAP_GROUP_MAX - 1), (void *)at)) {
+        count(&drops, SW_DROP_READ_FAILED);
+        return 1;
+      }
+      w->readable = head;
     }
     if (!w->swiss) {
       __u64 overflow_at = (w->group_size - 8) & (SW_MAP_GROUP_MAX - 8);
-      w->next = *(__u64 *)&g->bytes[overflow_at];
+      w->next = overflow_at + 8 <= w->readable ? *(__u64 *)&g->bytes[overflow_at] : 0;
     }
   }
   if (w->skip || (w->swiss ? (g->bytes[slot] & GO_CTRL_EMPTY_BIT) : (g->bytes[slot] < GO_MIN_TOP_HASH))) return 0;
   __u64 key_at = off->keys_offset + slot * off->key_stride;
   __u64 elem_at = off->elems_offset + slot * off->elem_stride;
   if (key_at > SW_MAP_GROUP_MAX - 16 || elem_at > SW_MAP_GROUP_MAX - 16) return 1;
+  if (key_at + 16 > w->readable || elem_at + 16 > w->readable) { /* a full slot not read */
+    count(&drops, SW_DROP_READ_FAILED);
+    return 0;
+  }
   asm volatile("%[at] &= 0x1ff" : [at] "+r"(key_at));
   asm volatile("%[at] &= 0x1ff" : [at] "+r"(elem_at));
   struct go_string k, e;
