@@ -69,10 +69,10 @@ enum class TargetRole { kApiServer, kEtcd };
 // agent/capture; unit tests inject fakes. Any of them may be empty.
 struct ConnectionLookups {
   // The identity of a connection without a bearer token (its client certificate), if any.
-  std::function<std::optional<Identity>(const RequestConnection& connection)> identity;
+  std::function<std::optional<Identity>(const RequestConnection& connection)> identity{};
   // An HTTP/1.1 connection's ends (HTTP/2 events carry theirs), and its close.
-  std::function<ConnectionEnds(uint32_t pid, uint64_t http_conn)> http1_ends;
-  std::function<void(uint32_t pid, uint64_t http_conn)> http1_closed;
+  std::function<ConnectionEnds(uint32_t pid, uint64_t http_conn)> http1_ends{};
+  std::function<void(uint32_t pid, uint64_t http_conn)> http1_closed{};
 };
 
 // APF UIDs to names (agent/kube/apf_names.h), and a nudge when a UID had no name yet.
@@ -99,8 +99,8 @@ class RequestPipeline {
   // once identity is resolved and body and key are gone, goes to the recorder; a recorded one
   // comes back through the same stages after that point (`stormwatch replay`).
   struct Recorder {
-    std::function<void(const RequestRecord&)> request;
-    std::function<void(const EtcdRequest&)> etcd;
+    std::function<void(const RequestRecord&)> request{};
+    std::function<void(const EtcdRequest&)> etcd{};  // {}: designated initialisers may leave it out
   };
   void SetRecorder(Recorder recorder);
   void ReplayRequest(RequestRecord&& r);
