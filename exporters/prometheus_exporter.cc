@@ -322,9 +322,7 @@ void PrometheusExporter::CountRequest(const RequestObservation& o) {
   const std::string& key = Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope,
                                 l.code, o.priority_level, o.flow_schema});
   ClientCounters& client = ClientEntry(label).second;
-  auto it = client.requests.find(key);
-  if (it == client.requests.end()) it = client.requests.try_emplace(key).first;
-  RequestSeries& series = it->second;
+  RequestSeries& series = client.requests.try_emplace(key).first->second;
   // Found the slow way once per label set and client (ClientCounter registers each series in
   // its family's map, which EndClientSeries removes them by).
   auto request_key = [&]() -> const std::string& {
@@ -368,17 +366,6 @@ void PrometheusExporter::CountList(std::string_view client, std::string_view gro
                   {"scope", std::string(scope)},
                   {"consistency", std::string(consistency)},
                   {"paginated", paginated ? "true" : "false"}};
-  }).Increment();
-}
-
-void PrometheusExporter::CountApf(std::string_view client, std::string_view priority_level,
-                                  std::string_view flow_schema) {
-  std::lock_guard lock(mu_);
-  const std::string& key = Key({priority_level, flow_schema});
-  bool admitted = cap_.Admit(client, /*is_request=*/false);
-  ClientCounter(kApf, client, admitted, key, [&] {
-    return Labels{{"priority_level", OrUnknown(priority_level)},
-                  {"flow_schema", OrUnknown(flow_schema)}};
   }).Increment();
 }
 
@@ -543,12 +530,6 @@ void PrometheusExporter::ObserveEtcdDuration(std::string_view method, std::strin
              .first;
   }
   it->second->Observe(seconds);
-}
-
-void PrometheusExporter::ObserveDuration(std::string_view verb, std::string_view group,
-                                         std::string_view resource, double seconds) {
-  std::lock_guard lock(mu_);
-  DurationHistogram(verb, group, resource).Observe(seconds);
 }
 
 prometheus::Histogram& PrometheusExporter::DurationHistogram(std::string_view verb,

@@ -48,8 +48,10 @@ struct RequestObservation {
   RequestLabels labels;
   uint64_t response_bytes = 0;
   bool apf = false;  // the response named its APF priority level or flow schema
-  std::string_view priority_level, flow_schema;
-  double duration_s = -1;  // negative: not observed (a WATCH: its duration is not latency)
+  std::string_view priority_level, flow_schema;  // "" = unknown
+  // Latency as apiserver_request_duration_seconds has it (no client label: bounded series);
+  // negative: not observed (a WATCH: its duration is not latency).
+  double duration_s = -1;
 };
 
 struct ClientSeriesLimits {
@@ -107,9 +109,6 @@ class PrometheusExporter {
   // LISTs by how much they cost: consistent (etcd) or from the cache, paginated or not.
   void CountList(std::string_view client, std::string_view group, std::string_view resource,
                  std::string_view scope, std::string_view consistency, bool paginated);
-  // Latency as apiserver_request_duration_seconds has it (no client label: bounded series).
-  void ObserveDuration(std::string_view verb, std::string_view group, std::string_view resource,
-                       double seconds);
   void SetStormActive(const std::map<std::string, std::string>& labels, bool active);
   void CountStormStarted(const std::string& storm);
   // Adds a cumulative count observed elsewhere (BPF maps) as a delta.
@@ -121,9 +120,6 @@ class PrometheusExporter {
   // How long a target's binary took to plan (ELF, .gopclntab, type data, probe sites).
   void ObserveTargetPlanning(const std::string& target, double seconds);
 
-  // APF classification of a request (response headers); "" = unknown.
-  void CountApf(std::string_view client, std::string_view priority_level,
-                std::string_view flow_schema);
   // A 429 and its Retry-After (seconds; negative when absent).
   void CountThrottled(std::string_view client, std::string_view priority_level, int retry_after_s);
   // Requests of an exempt client per reason (priority_level_exempt or system_masters), as the
@@ -175,6 +171,7 @@ class PrometheusExporter {
                                      const std::string& key, MakeLabels make_labels);
   // The entry of `label` (a client, or "other"), made when missing.
   std::pair<const std::string, ClientCounters>& ClientEntry(std::string_view label);
+  // stormwatch_request_duration_seconds' histogram of (verb, group, resource).
   prometheus::Histogram& DurationHistogram(std::string_view verb, std::string_view group,
                                            std::string_view resource);
   void EndClientSeries(const std::string& client);

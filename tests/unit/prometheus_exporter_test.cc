@@ -280,11 +280,22 @@ TEST(PrometheusExporterTest, StormGaugesNameEveryClientAndEndAfterResolving) {
   EXPECT_TRUE(Has(m, R"(stormwatch_storm_active{client="carol",group="",resource="pods",storm="list_storm"} 1)")) << m;
 }
 
+// A request whose response named its APF level (and nothing else to count).
+RequestObservation Apf(const RequestLabels& labels, std::string_view priority_level,
+                       std::string_view flow_schema) {
+  RequestObservation o;
+  o.labels = labels;
+  o.apf = true;
+  o.priority_level = priority_level;
+  o.flow_schema = flow_schema;
+  return o;
+}
+
 TEST(PrometheusExporterTest, ApfThrottlingAndWatches) {
   PrometheusExporter e;
-  e.CountApf("alice", "workload-low", "service-accounts");
-  e.CountApf("alice", "workload-low", "service-accounts");
-  e.CountApf("bob", "", "");
+  e.CountRequest(Apf(Get("alice"), "workload-low", "service-accounts"));
+  e.CountRequest(Apf(Get("alice"), "workload-low", "service-accounts"));
+  e.CountRequest(Apf(Get("bob"), "", ""));
   e.CountThrottled("alice", "workload-low", 1);
   e.CountThrottled("alice", "workload-low", 7);
   e.CountThrottled("bob", "", -1);
@@ -397,7 +408,11 @@ TEST(PrometheusExporterTest, PromtoolFindsNothingToLint) {
   e.CountEtcdRange("pods", "kube-apiserver-etcd-client", 10, 4096);
   e.ObserveEtcdDuration("/etcdserverpb.KV/Range", "pods", 0.002);
   e.CountList("alice", "", "pods", "cluster", "consistent", false);
-  e.ObserveDuration("GET", "", "pods", 0.003);
+  const std::string alice = "alice", ok = "200";  // outlive the observation's views
+  RequestObservation timed;
+  timed.labels = Get(alice, ok);
+  timed.duration_s = 0.003;
+  e.CountRequest(timed);
   e.SetStormActive({{"storm", "update_loop"}, {"client", "alice"}, {"group", ""},
                     {"resource", "pods"}}, true);
   e.CountStormStarted("update_loop");
@@ -408,7 +423,7 @@ TEST(PrometheusExporterTest, PromtoolFindsNothingToLint) {
                    {"xnet_version", "v0.19.0"}, {"stack", "xnet"}, {"status", "attached"}}, true);
   e.CountAttachFailure("etcd", "unproven_version");
   e.ObserveTargetPlanning("kube-apiserver", 0.3);
-  e.CountApf("alice", "exempt", "exempt");
+  e.CountRequest(Apf(Get("alice"), "exempt", "exempt"));
   e.CountThrottled("bob", "workload-low", 1);
   e.CountExemptClientRequests("alice", "system_masters", 12, 0, 60 * kSec);
   e.SetBuildInfo({{"version", "0.1.0"}, {"commit", "abc"}, {"libbpf", "1.4"}, {"kernel", "6.1.0"}});
