@@ -20,7 +20,17 @@ class SecondRing {
   T* Slot(int64_t s) {
     const auto n = static_cast<int64_t>(slots_.size());
     if (s > head_) {
-      for (int64_t t = std::max(head_ + 1, s - n + 1); t <= s; ++t) slots_[Index(t)] = T{};
+      // A key seen again after the ring's span (most keys, when there are many) clears it
+      // whole; otherwise the skipped seconds, walking the index rather than dividing per slot.
+      if (s - head_ >= n) {
+        std::fill(slots_.begin(), slots_.end(), T{});
+      } else {
+        size_t i = Index(head_ + 1);
+        for (int64_t t = head_ + 1; t <= s; ++t) {
+          slots_[i] = T{};
+          if (++i == slots_.size()) i = 0;
+        }
+      }
       head_ = s;
     } else if (s <= head_ - n) {
       return nullptr;
@@ -59,7 +69,8 @@ class SecondRing {
  private:
   size_t Index(int64_t s) const {
     const auto n = static_cast<int64_t>(slots_.size());
-    return static_cast<size_t>(((s % n) + n) % n);
+    const int64_t i = s % n;  // one division: seconds before the epoch stay in range too
+    return static_cast<size_t>(i < 0 ? i + n : i);
   }
 
   std::vector<T> slots_;

@@ -16,6 +16,7 @@
 #include <iterator>
 #include <memory>
 #include <new>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -121,6 +122,18 @@ class BoundedLru {
     if (size_ < capacity_) return FindOrInsert(key, make, on_evict);
     Entry& victim = At(tail_).entry();
     on_evict(victim.first, victim.second);
+    if constexpr (std::is_trivially_copyable_v<Key>) {
+      // The value stays in its slot and only the key is replaced (a const member of a
+      // non-const object may be: C++20 [basic.life]): nothing moved, nothing destroyed.
+      const uint32_t s = tail_;
+      index_.erase(victim.first);
+      ++evictions_;
+      reuse(victim.second);
+      new (const_cast<Key*>(&victim.first)) Key(key);
+      MoveToFront(s);
+      index_.emplace(key, s);
+      return At(s).entry().second;
+    }
     Value value = std::move(victim.second);
     index_.erase(victim.first);
     Release(tail_);

@@ -328,5 +328,36 @@ TEST(SecondRingTest, ForEachInEqualsAtOverAnyRange) {
   }
 }
 
+
+// Slot() against a model (second -> count, only the newest `n` seconds kept): small steps,
+// jumps past the ring's span (cleared whole), late seconds, and seconds before the epoch.
+TEST(SecondRingTest, SlotsHoldExactlyTheNewestSecondsAcrossJumps) {
+  constexpr int64_t kSeconds = 5;
+  SecondRing<uint32_t> ring(kSeconds);
+  std::map<int64_t, uint32_t> model;
+  int64_t newest = INT64_MIN;
+  uint64_t seed = 11;
+  auto next = [&] { return seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; };
+  int64_t now = -23;  // monotonic seconds are positive; the ring does not rely on it
+  for (int step = 0; step < 20000; ++step) {
+    const uint64_t r = next() >> 33;
+    now += r % 10 == 0 ? static_cast<int64_t>(r % 13) : static_cast<int64_t>(r % 3);
+    const int64_t s = now - static_cast<int64_t>((next() >> 40) % 8);  // sometimes too late
+    newest = std::max(newest, s);
+    const bool kept = s > newest - kSeconds;
+    uint32_t* slot = ring.Slot(s);
+    ASSERT_EQ(slot != nullptr, kept) << "step " << step << " second " << s;
+    if (slot) {
+      *slot += 1;
+      model[s] += 1;
+    }
+    for (int64_t t = newest - kSeconds - 2; t <= newest + 2; ++t) {
+      const bool in_ring = t <= newest && t > newest - kSeconds;
+      const uint32_t want = in_ring && model.count(t) ? model[t] : 0;
+      ASSERT_EQ(ring.At(t), want) << "step " << step << " second " << t;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace stormwatch
