@@ -55,7 +55,8 @@ TEST(BoundedLru, AFullTableHandsTheEvictedValueToReuseInsteadOfMakingOne) {
   auto no_reuse = [](std::vector<int>&) { ADD_FAILURE() << "not full: made, not reused"; };
   lru.FindOrInsert(1, [] { return std::vector<int>(100, 1); }, never, no_reuse);
   lru.FindOrInsert(2, [] { return std::vector<int>(100, 2); }, never, no_reuse);
-  const int* first_buffer = lru.Find(1)->data();
+  const std::vector<int>* first_value = lru.Find(1);
+  const int* first_buffer = first_value->data();
   std::vector<uint64_t> evicted;
   int reused = 0;
   std::vector<int>& three = lru.FindOrInsert(
@@ -71,6 +72,8 @@ TEST(BoundedLru, AFullTableHandsTheEvictedValueToReuseInsteadOfMakingOne) {
   EXPECT_EQ(evicted, std::vector<uint64_t>{1});
   EXPECT_EQ(reused, 1);
   EXPECT_EQ(three.data(), first_buffer);  // key 1's buffer, now key 3's: nothing allocated
+  EXPECT_EQ(&three, first_value);          // the value itself stayed in its slot: not moved
+  EXPECT_EQ(lru.begin()->first, 3u);       // and is the most recent
   EXPECT_EQ(three, std::vector<int>(100, 3));
   EXPECT_EQ(lru.Find(1), nullptr);
   EXPECT_EQ(*lru.Find(2), std::vector<int>(100, 2));
