@@ -8,8 +8,6 @@
 #include <string>
 #include <vector>
 
-#include <absl/container/inlined_vector.h>
-
 namespace stormwatch {
 
 // Where a request ends up in kube-apiserver's terms (k8s.io/apiserver RequestInfo).
@@ -25,9 +23,10 @@ struct RequestInfo {
   std::string resource;
   std::string subresource;
   std::string name;
-  // Path parts from the resource on: {resource, name, subresource, ...} (upstream Parts).
-  // Inline: most paths have at most four, and a record is built per request.
-  absl::InlinedVector<std::string, 4> parts;
+  // How many path parts there are from the resource on: {resource, name, subresource, ...}
+  // (upstream Parts; ParseRequestInfo gives the parts themselves on request). A count: the
+  // metric scope needs no more, and a record is built per request.
+  size_t parts_count = 0;
   // Verb came from a legacy /watch/ or /proxy/ path segment rather than the method.
   bool verb_via_path_prefix = false;
   // Raw (URL-decoded) selectors of list/watch/deletecollection requests, as upstream's

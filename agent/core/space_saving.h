@@ -5,6 +5,8 @@
 // smallest count and inherits that count as its error, so a heavy key is never pushed out by
 // many light ones. Each slot can carry a Payload (what the caller keeps per key, reset when the
 // slot changes hands). Not thread-safe.
+// Small sketches (ClientPeers' 8 IPs per client, one per live client) find keys by scanning
+// their used slots: cheaper than hashing the key, and no index to keep.
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
@@ -23,7 +25,9 @@ namespace stormwatch {
 template <typename Payload = std::monostate>
 class SpaceSaving {
  public:
-  explicit SpaceSaving(size_t capacity) : slots_(capacity) {
+  static constexpr size_t kScanCapacity = 16;
+
+  explicit SpaceSaving(size_t capacity) : slots_(capacity), scan_(capacity <= kScanCapacity) {
     free_.reserve(capacity);
     heap_.reserve(capacity);
     for (size_t i = capacity; i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));
@@ -44,17 +48,20 @@ class SpaceSaving {
   // Every tracked key: f(key, count, error, payload), in no order.
   template <typename F>
   void ForEach(F f) const {
-    for (const auto& [key, i] : index_) f(key, slots_[i].count, slots_[i].error, slots_[i].payload);
+    for (uint32_t i : heap_) {
+      f(std::string_view(slots_[i].key), slots_[i].count, slots_[i].error, slots_[i].payload);
+    }
   }
   // Forgets every key, as a new sketch of the same capacity, keeping its buffers.
   void Clear();
   // Halves every count: older traffic weighs less ("recent" counts).
   void Decay();
-  size_t size() const { return index_.size(); }
+  size_t size() const { return heap_.size(); }
   size_t capacity() const { return slots_.size(); }
 
  private:
   static constexpr uint32_t kNotInHeap = UINT32_MAX;
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
   struct Slot {
     std::string key;  // the index's keys view these (slots_ never reallocates)
     uint64_t count = 0, error = 0;
@@ -70,6 +77,23 @@ class SpaceSaving {
     heap_[pos] = slot;
     slots_[slot].heap_pos = static_cast<uint32_t>(pos);
   }
+  // The slot holding `key`, or kNoSlot.
+  uint32_t Find(std::string_view key) const {
+    if (scan_) {
+      for (uint32_t i : heap_) {
+        if (slots_[i].key == key) return i;
+      }
+      return kNoSlot;
+    }
+    auto it = index_.find(key);
+    return it == index_.end() ? kNoSlot : it->second;
+  }
+  void Index(uint32_t i) {
+    if (!scan_) index_.emplace(std::string_view(slots_[i].key), i);
+  }
+  void Unindex(uint32_t i) {
+    if (!scan_) index_.erase(std::string_view(slots_[i].key));
+  }
   void SiftUp(size_t pos);
   void SiftDown(size_t pos);
   void RemoveFromHeap(uint32_t slot);
@@ -84,8 +108,9 @@ class SpaceSaving {
 
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;
-  std::vector<uint32_t> heap_;
-  absl::flat_hash_map<std::string_view, uint32_t> index_;
+  std::vector<uint32_t> heap_;  // every used slot
+  bool scan_;
+  absl::flat_hash_map<std::string_view, uint32_t> index_;  // empty when scan_
 };
 
 template <typename Payload>
@@ -128,8 +153,8 @@ void SpaceSaving<Payload>::RemoveFromHeap(uint32_t slot) {
 
 template <typename Payload>
 Payload* SpaceSaving<Payload>::Add(std::string_view key, uint64_t amount) {
-  if (auto it = index_.find(key); it != index_.end()) {
-    Slot& slot = slots_[it->second];
+  if (const uint32_t found = Find(key); found != kNoSlot) {
+    Slot& slot = slots_[found];
     slot.count += amount;
     SiftDown(slot.heap_pos);  // a larger count sinks
     return &slot.payload;
@@ -144,7 +169,7 @@ Payload* SpaceSaving<Payload>::Add(std::string_view key, uint64_t amount) {
   } else if (!heap_.empty()) {
     // Full: the newcomer inherits the smallest count as its possible over-estimate.
     i = heap_.front();
-    index_.erase(std::string_view(slots_[i].key));
+    Unindex(i);
     error = slots_[i].count;
     slots_[i].payload = Payload{};
   } else {
@@ -154,7 +179,7 @@ Payload* SpaceSaving<Payload>::Add(std::string_view key, uint64_t amount) {
   slot.key.assign(key);  // reuses the slot's buffer
   slot.count = error + amount;
   slot.error = error;
-  index_.emplace(std::string_view(slot.key), i);
+  Index(i);
   SiftUp(slot.heap_pos);
   SiftDown(slot.heap_pos);
   return &slot.payload;
@@ -162,42 +187,41 @@ Payload* SpaceSaving<Payload>::Add(std::string_view key, uint64_t amount) {
 
 template <typename Payload>
 void SpaceSaving<Payload>::Clear() {
-  index_.clear();
-  heap_.clear();
-  free_.clear();
-  for (size_t i = slots_.size(); i > 0; --i) {
-    Slot& slot = slots_[i - 1];
+  for (uint32_t i : heap_) {
+    Slot& slot = slots_[i];
     slot.key.clear();
     slot.count = slot.error = 0;
     slot.heap_pos = kNotInHeap;
     slot.payload = Payload{};
-    free_.push_back(static_cast<uint32_t>(i - 1));
   }
+  index_.clear();
+  heap_.clear();
+  free_.clear();
+  for (size_t i = slots_.size(); i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));
 }
 
 template <typename Payload>
 void SpaceSaving<Payload>::Erase(std::string_view key) {
-  auto it = index_.find(key);
-  if (it == index_.end()) return;
-  const uint32_t i = it->second;
-  index_.erase(it);
+  const uint32_t i = Find(key);
+  if (i == kNoSlot) return;
+  Unindex(i);
   RemoveFromHeap(i);
   Free(i);
 }
 
 template <typename Payload>
 uint64_t SpaceSaving<Payload>::Guaranteed(std::string_view key) const {
-  auto it = index_.find(key);
-  if (it == index_.end()) return 0;
-  const Slot& slot = slots_[it->second];
+  const uint32_t i = Find(key);
+  if (i == kNoSlot) return 0;
+  const Slot& slot = slots_[i];
   return slot.count - slot.error;
 }
 
 template <typename Payload>
 std::vector<std::pair<std::string, uint64_t>> SpaceSaving<Payload>::Top(size_t n) const {
   std::vector<std::pair<std::string, uint64_t>> top;
-  for (const auto& [key, i] : index_) {
-    if (uint64_t g = slots_[i].count - slots_[i].error; g > 0) top.emplace_back(key, g);
+  for (uint32_t i : heap_) {
+    if (uint64_t g = slots_[i].count - slots_[i].error; g > 0) top.emplace_back(slots_[i].key, g);
   }
   auto heavier = [](const auto& a, const auto& b) {
     return a.second != b.second ? a.second > b.second : a.first < b.first;
@@ -214,17 +238,16 @@ std::vector<std::pair<std::string, uint64_t>> SpaceSaving<Payload>::Top(size_t n
 template <typename Payload>
 void SpaceSaving<Payload>::Decay() {
   heap_.clear();
-  for (auto it = index_.begin(); it != index_.end();) {
-    const uint32_t i = it->second;
+  for (uint32_t i = 0; i < slots_.size(); ++i) {
     Slot& slot = slots_[i];
+    if (slot.heap_pos == kNotInHeap) continue;  // free
     slot.count /= 2;
     slot.error /= 2;
     if (slot.count == 0) {
-      index_.erase(it++);
+      Unindex(i);
       Free(i);
     } else {
       heap_.push_back(i);
-      ++it;
     }
   }
   // Halving keeps no heap order (counts tie): rebuilt bottom-up.

@@ -40,7 +40,7 @@ std::string_view MetricScope(const RequestInfo& info, std::string_view method) {
   if (!info.is_resource_request) return "";
   // The installer's route scope: a route with {name} (or {path:*}), or a POST, is
   // "resource"; a name from a field selector is not in the route.
-  if (info.parts.size() >= 2 || EqualsUpper(method, "POST")) return "resource";
+  if (info.parts_count >= 2 || EqualsUpper(method, "POST")) return "resource";
   if (!info.namespace_.empty()) return "namespace";
   return "cluster";
 }

@@ -30,8 +30,9 @@ std::pair<std::string_view, std::string_view> SplitTarget(std::string_view targe
   if (size_t hash = target.find('#'); hash != std::string_view::npos) {
     target = target.substr(0, hash);
   }
-  // Absolute form: skip scheme and authority.
+  // Absolute form: skip scheme and authority (an origin-form target, "/...", has neither).
   for (std::string_view scheme : {"http://", "https://"}) {
+    if (!target.empty() && target[0] == '/') break;
     if (target.size() >= scheme.size() &&
         std::equal(scheme.begin(), scheme.end(), target.begin(), [](char a, char b) {
           return a == std::tolower(static_cast<unsigned char>(b));
@@ -543,7 +544,8 @@ Result<size_t> ValidateLabelSelector(std::string_view selector) {
   return LabelParser(LexLabelSelector(selector)).Parse();
 }
 
-RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_query) {
+RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_query,
+                             std::vector<std::string>* parts_out) {
   // Named variables, not a structured binding: a lambda below captures raw_query, which
   // clang before 16 refuses for bindings.
   const auto target = SplitTarget(path_and_query);
@@ -601,13 +603,14 @@ RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_
       }
     }
   }
-  info.parts.assign(parts.begin() + static_cast<ptrdiff_t>(i), parts.end());
+  const std::string_view* p = parts.data() + i;  // resource/name/subresource/other/stuff
+  info.parts_count = parts.size() - i;
+  if (parts_out) parts_out->assign(p, p + info.parts_count);
 
-  // resource/name/subresource/other/stuff; proxy takes no subresource.
-  const auto& p = info.parts;
-  if (p.size() >= 3 && info.verb != "proxy") info.subresource = p[2];
-  if (p.size() >= 2) info.name = p[1];
-  if (p.size() >= 1) info.resource = p[0];
+  // Proxy takes no subresource.
+  if (info.parts_count >= 3 && info.verb != "proxy") info.subresource = p[2];
+  if (info.parts_count >= 2) info.name = p[1];
+  if (info.parts_count >= 1) info.resource = p[0];
 
   QueryParams query;
   bool query_parsed = false;

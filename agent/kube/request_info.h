@@ -21,8 +21,10 @@ namespace stormwatch {
 // `path_and_query` is the request target as sent (":path" in HTTP/2), e.g.
 // "/api/v1/namespaces/ns/pods?watch=true". An absolute-form target
 // ("https://host/api/...") is accepted too. Selectors are filled as with the
-// AuthorizeWithSelectors feature gate on (its default from Kubernetes 1.32).
-RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_query);
+// AuthorizeWithSelectors feature gate on (its default from Kubernetes 1.32). `parts`, when
+// given, receives upstream's Parts (info.parts_count of them).
+RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_query,
+                             std::vector<std::string>* parts = nullptr);
 
 // Go's url.PathUnescape / url.QueryUnescape: nullopt on a malformed %-escape.
 // `plus_is_space` selects query semantics ('+' decodes to ' ').

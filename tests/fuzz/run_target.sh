@@ -4,6 +4,7 @@
 # With FUZZ_RUNS=N the run stops after N executions instead (SECONDS is then only a ceiling).
 # With FUZZ_SEED=N the run's random choices start from seed N (the ctest smoke fixes it, so a
 # CI run explores what the previous one did; long runs leave it random to find new inputs).
+# FUZZ_TIMEOUT: seconds one input may take (default 10; a long run sharing the CPU needs more).
 # FUZZ_EXTRA_SEEDS: files added to the seeds (fuzz_go_binary's real Go binary, built by the
 # normal build; a missing one is an error); FUZZ_MAX_LEN: libFuzzer's -max_len (default 1 MB).
 # WORK_DIR gets corpus/ (the seeds plus what the run found), the log, and any reproducer
@@ -26,7 +27,7 @@ runs=()
 if [ -n "${FUZZ_RUNS:-}" ]; then runs=(-runs="$FUZZ_RUNS"); fi
 if [ -n "${FUZZ_SEED:-}" ]; then runs+=(-seed="$FUZZ_SEED"); fi
 if [ -n "${FUZZ_MAX_LEN:-}" ]; then runs+=(-max_len="$FUZZ_MAX_LEN"); fi
-"$bin" -max_total_time="$seconds" "${runs[@]}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+"$bin" -max_total_time="$seconds" "${runs[@]}" -rss_limit_mb=2048 -timeout="${FUZZ_TIMEOUT:-10}" -print_final_stats=1 \
   -artifact_prefix="$work/" "$work/corpus" >"$log" 2>&1
 rc=$?
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

@@ -237,7 +237,7 @@ TEST(MetricLabelsTest, TestCleanScopeEquivalents) {
   EXPECT_EQ(MetricScope(ns, "GET"), "namespace");
   EXPECT_EQ(MetricScope(ns, "POST"), "resource");
   RequestInfo named = ns;
-  named.parts = {"pods", "my-resource"};
+  named.parts_count = 2;  // {"pods", "my-resource"}
   named.name = "my-resource";
   EXPECT_EQ(MetricScope(named, "GET"), "resource");
 }

@@ -217,9 +217,12 @@ class ReferenceSpaceSaving {
   std::set<std::pair<uint64_t, size_t>> by_count_;
 };
 
-TEST(SpaceSavingTest, HeapKeepsWhatTheOrderedSetKept) {
-  SpaceSaving sketch(64);
-  ReferenceSpaceSaving ref(64);
+// 64 slots find keys through the index, 8 by scanning (kScanCapacity): both as the reference.
+class SpaceSavingModelTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(SpaceSavingModelTest, HeapKeepsWhatTheOrderedSetKept) {
+  SpaceSaving sketch(GetParam());
+  ReferenceSpaceSaving ref(GetParam());
   uint64_t seed = 7;
   auto next = [&] { return seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; };
   for (int i = 0; i < 100000; ++i) {
@@ -246,6 +249,9 @@ TEST(SpaceSavingTest, HeapKeepsWhatTheOrderedSetKept) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(IndexedAndScanned, SpaceSavingModelTest,
+                         ::testing::Values(size_t{64}, size_t{8}));
 
 TEST(SpaceSavingTest, ClearedSketchCountsAsANewOne) {
   SpaceSaving<std::string> used(4), fresh(4);
