@@ -52,7 +52,7 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
       m.resource = "other";
     }
   }
-  const std::string& client = ClientLabel(r.identity);
+  const std::string& client = ClientLabel(*r.identity);
   char code[16];
   const auto printed = std::to_chars(code, code + sizeof(code), r.status);
   RequestObservation o;

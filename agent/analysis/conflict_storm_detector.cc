@@ -40,7 +40,7 @@ void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   if (info.verb != "update" && info.verb != "patch") return;
   const bool status = info.subresource == "status";
   if (!info.subresource.empty() && !status) return;
-  if (config_.allow.Allows(r.identity.user)) return;
+  if (config_.allow.Allows(r.identity->user)) return;
   ++observed_;
 
   // Identity = user + pod: replicas of one service account are told apart by their pod.
@@ -50,7 +50,7 @@ void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       key,
       [&] {
         Entry fresh(ring_);
-        fresh.identity = SharedIdentity(r);
+        fresh.identity = r.identity;
         fresh.api_group = info.api_group;
         fresh.resource = info.resource;
         fresh.first_seen_s = now_ns / kNsPerSecond;

@@ -35,14 +35,14 @@ EtcdRangeStormDetector::EtcdRangeStormDetector(EtcdRangeStormConfig config)
 
 void EtcdRangeStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   if (r.info.verb != "list" || r.shape.consistency != QueryShape::Consistency::kConsistent) return;
-  if (config_.allow.Allows(r.identity.user)) return;
+  if (config_.allow.Allows(r.identity->user)) return;
   ++observed_;
   // By resource name only: etcd's key prefixes carry no API group.
   ListClient& c = list_clients_.FindOrInsert(
       CombineKeys(KeysOf(r).client, HashFields({r.info.resource})),
       [&] {
         ListClient fresh(static_cast<size_t>(config_.sustain_s) + 1);
-        fresh.identity = SharedIdentity(r);
+        fresh.identity = r.identity;
         fresh.resource = r.info.resource;
         return fresh;
       },

@@ -29,10 +29,10 @@ ExemptClientDetector::ExemptClientDetector(ExemptClientConfig config)
 }
 
 void ExemptClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
-  const std::string& user = r.identity.user;
+  const std::string& user = r.identity->user;
   if (config_.allow.Allows(user)) return;
   const bool by_level = r.response.priority_level == "exempt";
-  const bool by_masters = r.identity.system_masters;
+  const bool by_masters = r.identity->system_masters;
   if (!by_level && !by_masters) {
     // Another level, or an unknown level from a client not known to be exempt.
     if (!r.response.priority_level.empty() || clients_.Find(KeysOf(r).user) == nullptr) return;
@@ -45,7 +45,7 @@ void ExemptClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       KeysOf(r).user,
       [&] {
         Entry fresh(ring);
-        fresh.identity = SharedIdentity(r);
+        fresh.identity = r.identity;
         fresh.first_seen_ns = now_ns;
         return fresh;
       },

@@ -74,7 +74,7 @@ class ListStormDetector final : public StormDetector {
     // As a new entry of `r`'s client and resource, first seen now, its buffers kept
     // (BoundedLru's reuse of an evicted one).
     void Reset(const RequestRecord& r, int64_t now_ns) {
-      identity = SharedIdentity(r);
+      identity = r.identity;
       api_group.assign(r.info.api_group);
       resource.assign(r.info.resource);
       first_seen_ns = now_ns;

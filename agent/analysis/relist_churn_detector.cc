@@ -33,7 +33,7 @@ RelistChurnDetector::RelistChurnDetector(RelistChurnConfig config)
 
 void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const bool is_watch = r.info.verb == "watch";
-  if ((!is_watch && r.info.verb != "list") || config_.allow.Allows(r.identity.user)) return;
+  if ((!is_watch && r.info.verb != "list") || config_.allow.Allows(r.identity->user)) return;
   ++observed_;
   const int64_t start_ns = StartNs(r, now_ns);
 
@@ -49,7 +49,7 @@ void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       key,
       [&] {
         Entry fresh(ring);
-        fresh.identity = SharedIdentity(r);
+        fresh.identity = r.identity;
         fresh.api_group = r.info.api_group;
         fresh.resource = r.info.resource;
         return fresh;

@@ -34,10 +34,6 @@ struct AllowList {
   }
 };
 
-// The record's interned identity, or a copy of it for records built by hand (tests).
-inline IdentityRef SharedIdentity(const RequestRecord& r) {
-  return r.shared_identity ? r.shared_identity : std::make_shared<const Identity>(r.identity);
-}
 
 // Keeps a tracked client's identity as last seen: the user agent, and the component parsed
 // from it, may change between requests of one key; membership in system:masters and the
@@ -45,8 +41,8 @@ inline IdentityRef SharedIdentity(const RequestRecord& r) {
 // Copies only when something changed: the common case shares the interned identity.
 inline void KeepLatestIdentity(IdentityRef& kept, const RequestRecord& r) {
   // The common case: the record's shared identity is the one kept (nothing to compare).
-  if (kept == r.shared_identity) return;
-  const Identity& seen = r.identity;
+  if (kept == r.identity) return;
+  const Identity& seen = *r.identity;
   const bool user_agent = kept->user_agent != seen.user_agent;
   const bool masters = seen.system_masters && !kept->system_masters;
   const bool groups = kept->groups.empty() && !seen.groups.empty();

@@ -71,11 +71,11 @@ void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordK
         CombineKeys(keys.resource, keys.client),
         [&] {
           Writer fresh(kWriterBuckets);
-          fresh.Reset(SharedIdentity(r), keys.resource);
+          fresh.Reset(r.identity, keys.resource);
           return fresh;
         },
         [](uint64_t, Writer&) {},
-        [&](Writer& reused) { reused.Reset(SharedIdentity(r), keys.resource); });
+        [&](Writer& reused) { reused.Reset(r.identity, keys.resource); });
     // SecondBuckets counts per second of its argument: a coarser clock gives coarser buckets.
     w.writes.Add(now_ns / writer_bucket_s_);
     w.last_write_ns = std::max(w.last_write_ns, now_ns);
@@ -108,7 +108,7 @@ void StuckFinalizersDetector::Observe(const RequestRecord& r, int64_t now_ns) {
     terminating_.Erase(keys.object);
     return;
   }
-  const bool allowed = config_.allow.Allows(r.identity.user);
+  const bool allowed = config_.allow.Allows(r.identity->user);
   if (write) {
     ObserveWrite(r, keys, allowed, now_ns);
     return;

@@ -64,17 +64,17 @@ void ThrottledClientDetector::CountResource(Client& c, const RequestRecord& r,
 }
 
 void ThrottledClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
-  if (config_.allow.Allows(r.identity.user)) return;
+  if (config_.allow.Allows(r.identity->user)) return;
   ++observed_;
   Client& c = clients_.FindOrInsert(
       KeysOf(r).client,
       [&] {
         Client fresh(ring_);
-        fresh.identity = SharedIdentity(r);
+        fresh.identity = r.identity;
         return fresh;
       },
       [&](uint64_t, Client& victim) { evicted_.Evict(victim.alert, now_ns); },
-      [&](Client& reused) { reused.Reset(SharedIdentity(r)); });
+      [&](Client& reused) { reused.Reset(r.identity); });
   KeepLatestIdentity(c.identity, r);
   c.requests.Add(now_ns);
   if (!r.response.priority_level.empty()) c.priority_level = r.response.priority_level;

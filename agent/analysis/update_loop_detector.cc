@@ -106,7 +106,7 @@ struct UpdateLoopDetector::ResourceEntry {
   // As a new entry of `r`'s client and resource, its ring kept (BoundedLru's reuse).
   void Reset(uint64_t entry_key, const RequestRecord& r, int64_t now_ns) {
     key = entry_key;
-    identity = SharedIdentity(r);
+    identity = r.identity;
     api_group.assign(r.info.api_group);
     resource.assign(r.info.resource);
     buckets.Clear();

@@ -155,7 +155,7 @@ class UpdateLoopStormDetector final : public StormDetector {
       : detector_(std::move(config)), allow_(std::move(allow)) {}
   const char* storm() const override { return kUpdateLoopStorm; }
   void Observe(const RequestRecord& r, int64_t now_ns) override {
-    if (!allow_.Allows(r.identity.user)) detector_.Observe(r, now_ns);
+    if (!allow_.Allows(r.identity->user)) detector_.Observe(r, now_ns);
   }
   std::vector<StormTransition> Evaluate(int64_t now_ns) override;
   std::vector<StormEvidence> Active() const override;

@@ -54,9 +54,16 @@ struct Identity {
 };
 
 // One client's identity, shared and immutable: the identity cache (or, on replay, the pipeline)
-// makes it once per client and detectors keep this pointer rather than a copy of its strings
-// per tracked key.
+// makes it once per client; records carry this pointer, and detectors keep it rather than a
+// copy of its strings per tracked key.
 using IdentityRef = std::shared_ptr<const Identity>;
+
+// The identity of a record nobody has named (kUnknown, no user): one shared instance, so a
+// record's identity is never null.
+inline const IdentityRef& NoIdentity() {
+  static const IdentityRef kNone = std::make_shared<const Identity>();
+  return kNone;
+}
 
 // What a read costs the server, from its query (k8s.io/apimachinery ListOptions).
 struct QueryShape {
@@ -165,11 +172,9 @@ struct RequestRecord {
   // Kubernetes facts, filled by agent/kube.
   RequestInfo info;
   QueryShape shape;
-  Identity identity;
-  // `identity`, shared: the identity cache's on the live path, interned by the pipeline on
-  // replay (RequestPipeline::InternIdentity); null in records built by hand, where detectors
-  // make their own copy (SharedIdentity).
-  IdentityRef shared_identity;
+  // Who sent it, shared, never null: the identity cache's on the live path, interned by the
+  // pipeline on replay (RequestPipeline::InternIdentity). A record does not copy its strings.
+  IdentityRef identity = NoIdentity();
   RecordKeys keys;  // of identity and info, once both are final
 
   EtcdReads etcd;

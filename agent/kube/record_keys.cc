@@ -29,8 +29,8 @@ uint64_t HashFields(std::initializer_list<std::string_view> fields) {
 
 RecordKeys RecordKeysOf(const RequestRecord& r) {
   RecordKeys k;
-  k.user = HashFields({r.identity.user});
-  k.client = CombineKeys(k.user, HashFields({r.identity.pod_name}));
+  k.user = HashFields({r.identity->user});
+  k.client = CombineKeys(k.user, HashFields({r.identity->pod_name}));
   k.resource = HashFields({r.info.api_group, r.info.resource});
   k.object = CombineKeys(k.resource, HashFields({r.info.namespace_, r.info.name}));
   k.set = true;

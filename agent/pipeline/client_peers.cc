@@ -119,7 +119,7 @@ void ClientPeers::OnRequest(const RequestRecord& r) {
   const std::string& priority_level = r.response.priority_level.empty()
                                           ? r.response.priority_level_uid
                                           : r.response.priority_level;
-  Observe(r.identity.user.empty() ? kUnknownKey : r.keys.user, ClientLabel(r.identity),
+  Observe(r.identity->user.empty() ? kUnknownKey : r.keys.user, ClientLabel(*r.identity),
           r.peer_address, r.local_address, static_cast<int64_t>(r.end_ns),
           ClientRequestFacts{.list = r.info.verb == "list",
                              .response_bytes = r.response_bytes,

@@ -134,9 +134,8 @@ void RequestPipeline::OnHttp1Exchange(const Http1Exchange& x) {
   r.response.flow_schema_uid = x.flow_schema_uid;
   r.response.retry_after_s = x.retry_after_s;
   r.response_body_prefix = x.body_prefix;
-  r.shared_identity = Resolve({.pid = x.tgid, .conn = x.conn, .http1 = true}, x.authorization,
-                              x.user_agent);
-  r.identity = *r.shared_identity;
+  r.identity = Resolve({.pid = x.tgid, .conn = x.conn, .http1 = true}, x.authorization,
+                       x.user_agent);
   OnRequest(r);
 }
 
@@ -190,9 +189,8 @@ void RequestPipeline::OnEtcdCall(EtcdRequest& r) {
 }
 
 void RequestPipeline::ReplayRequest(RequestRecord&& r) {
-  r.shared_identity.reset();  // a record's identity as it stands, not a pointer it came with
   r.etcd = {};  // matched again from the replayed etcd calls, as live
-  OnRequest(r);
+  OnRequest(r, /*replayed=*/true);
 }
 
 void RequestPipeline::ReplayEtcdCall(EtcdRequest&& r) {
@@ -210,7 +208,7 @@ void RequestPipeline::OnEtcdHttp2Request(const RequestRecord& r) {
   e.start_ns = r.start_ns;
   e.end_ns = r.end_ns;
   e.method = r.path;
-  e.identity = r.identity;
+  e.identity = *r.identity;
   e.resource = "other";
   e.http_status = r.status;
   Deliver(e);
@@ -220,11 +218,11 @@ IdentityRef RequestPipeline::InternIdentity(const RequestRecord& r) {
   IdentityRef& ref = interned_identities_.FindOrInsert(
       r.keys.client, [] { return IdentityRef(); }, [](uint64_t, IdentityRef&) {});
   // Same client key, different identity: a new user agent (or a token after a certificate).
-  if (!ref || !(*ref == r.identity)) ref = std::make_shared<const Identity>(r.identity);
+  if (!ref || (ref != r.identity && !(*ref == *r.identity))) ref = r.identity;
   return ref;
 }
 
-void RequestPipeline::OnRequest(RequestRecord& r) {
+void RequestPipeline::OnRequest(RequestRecord& r, bool replayed) {
   ++stats_.requests;
   if (auto role = roles_.find(r.pid); role != roles_.end() && role->second == TargetRole::kEtcd) {
     OnEtcdHttp2Request(r);
@@ -235,7 +233,7 @@ void RequestPipeline::OnRequest(RequestRecord& r) {
   r.keys = RecordKeysOf(r);  // identity and info are final: every detector keys by these
   // Live records carry their identity from the identity cache, shared (a client certificate's
   // is made per request); replayed ones are interned here.
-  if (!r.shared_identity) r.shared_identity = InternIdentity(r);
+  if (replayed) r.identity = InternIdentity(r);
   // Facts from the response body, then the body is gone: it may be a Secret.
   // Only writes' (POST, PUT, PATCH, DELETE: as the HTTP/2 probe keeps them); HTTP/1.1 keeps
   // every response's first bytes.

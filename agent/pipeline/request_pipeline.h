@@ -133,7 +133,8 @@ class RequestPipeline {
   nlohmann::json TopSnapshot(int64_t now_ns) { return peers_.TopDocument(now_ns); }
 
  private:
-  void OnRequest(RequestRecord& r);
+  // `replayed`: the record's identity came from a capture, one per record: interned here.
+  void OnRequest(RequestRecord& r, bool replayed = false);
   void OnHttp1Exchange(const Http1Exchange& x);
   void NameApfLevels(ResponseFacts& facts);
   PipelineHealth Health() const;
@@ -148,8 +149,8 @@ class RequestPipeline {
   // The record is final: every sink gets it.
   void Deliver(const RequestRecord& r);
   void Deliver(const EtcdRequest& r);
-  // One shared, immutable Identity per client (RecordKeys::client), so detectors keep a
-  // pointer instead of copying its strings per tracked key. Bounded: an identity pushed out
+  // One shared, immutable Identity per client (RecordKeys::client) on replay too, so detectors
+  // keep one pointer per client, as live, not one per replayed record. Bounded: an identity pushed out
   // lives on where a detector still holds it; the next request of its client interns it anew.
   IdentityRef InternIdentity(const RequestRecord& r);
 

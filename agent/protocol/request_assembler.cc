@@ -37,12 +37,13 @@ void RequestAssembler::OnRequest(const H2RequestEvent& ev) {
     return;
   }
   if (ev.truncated()) ++stats_.truncated_headers;
-  r.shared_identity = resolver_({.pid = ev.tgid,
-                                 .conn = ev.conn,
-                                 .client_cert_der = ev.client_cert_der,
-                                 .client_cert_der_len = ev.client_cert_der_len},
-                                authorization, user_agent);
-  if (r.shared_identity) r.identity = *r.shared_identity;
+  if (IdentityRef identity = resolver_({.pid = ev.tgid,
+                                        .conn = ev.conn,
+                                        .client_cert_der = ev.client_cert_der,
+                                        .client_cert_der_len = ev.client_cert_der_len},
+                                       authorization, user_agent)) {
+    r.identity = std::move(identity);
+  }
 
   Key key{ev.tgid, ev.stream_id, ev.conn};
   if (auto it = pending_.find(key); it != pending_.end()) {

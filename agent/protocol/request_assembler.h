@@ -16,7 +16,7 @@ namespace stormwatch {
 
 // Turns credentials into an identity at once, so no token is kept past the event that held it.
 // The connection lets it fall back to the connection's client certificate. Shared: the record
-// carries it as RequestRecord::shared_identity, so a cached identity is never copied for
+// carries it as RequestRecord::identity, so a cached identity is never copied for
 // detectors.
 using IdentityResolver = std::function<IdentityRef(const RequestConnection& connection,
                                                 std::string_view authorization,

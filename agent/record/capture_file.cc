@@ -68,7 +68,7 @@ void ToProto(const RequestRecord& r, pb::Request* out) {
   for (const std::string& fin : r.response.finalizers) f->add_finalizers(fin);
   f->set_finalizers_seen(r.response.finalizers_seen);
   f->set_resource_version(r.response.resource_version);
-  ToProto(r.identity, out->mutable_identity());
+  ToProto(*r.identity, out->mutable_identity());
   pb::EtcdReads* e = out->mutable_etcd();
   e->set_ranges(r.etcd.ranges);
   e->set_keys(r.etcd.keys);
@@ -103,7 +103,7 @@ RequestRecord FromProto(const pb::Request& p) {
   r.response.finalizers.assign(f.finalizers().begin(), f.finalizers().end());
   r.response.finalizers_seen = f.finalizers_seen();
   r.response.resource_version = f.resource_version();
-  r.identity = FromProto(p.identity());
+  r.identity = std::make_shared<const Identity>(FromProto(p.identity()));
   r.etcd = {p.etcd().ranges(), p.etcd().keys(), p.etcd().bytes(), p.etcd().limit()};
   return r;
 }

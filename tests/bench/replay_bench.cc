@@ -88,13 +88,16 @@ void WriteCapture(const std::string& path, size_t records, int clients = kClient
     rec.start_ns = rec.end_ns - 2'000'000;
     rec.peer_address = "10.244." + std::to_string(client % 250) + "." + std::to_string(client % 200) + ":40000";
     rec.local_address = "10.0.0.2:6443";
-    rec.identity.kind = Identity::Kind::kServiceAccount;
-    rec.identity.sa_namespace = "tenant-" + std::to_string(client % 500);
-    rec.identity.sa_name = "controller-" + std::to_string(client);
-    rec.identity.user = "system:serviceaccount:" + rec.identity.sa_namespace + ":" + rec.identity.sa_name;
-    rec.identity.pod_name = rec.identity.sa_name + "-7d9f";
-    rec.identity.user_agent = client % 3 ? "controller/v1.2.3 (linux/amd64) kubernetes/abc" : "kubectl/v1.31.0";
-    rec.identity.component = client % 3 ? "controller" : "kubectl";
+    // One Identity per record, as a capture file's reader makes them: the pipeline interns them.
+    Identity id;
+    id.kind = Identity::Kind::kServiceAccount;
+    id.sa_namespace = "tenant-" + std::to_string(client % 500);
+    id.sa_name = "controller-" + std::to_string(client);
+    id.user = "system:serviceaccount:" + id.sa_namespace + ":" + id.sa_name;
+    id.pod_name = id.sa_name + "-7d9f";
+    id.user_agent = client % 3 ? "controller/v1.2.3 (linux/amd64) kubernetes/abc" : "kubectl/v1.31.0";
+    id.component = client % 3 ? "controller" : "kubectl";
+    rec.identity = std::make_shared<const Identity>(std::move(id));
     rec.response.priority_level = "workload-low";
     rec.status = 200;
     int kind = static_cast<int>((r >> 40) % 100);

@@ -8,6 +8,7 @@
 #include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "agent/replay.h"
+#include "record_identity.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -47,13 +48,13 @@ RequestRecord Request(int i) {
   r.response.finalizers_seen = true;
   r.response.resource_version = "123";
   r.response_body_prefix = "{\"kind\":\"Secret\",\"data\":{\"password\":\"aHVudGVyMg==\"}}";
-  r.identity.kind = Identity::Kind::kServiceAccount;
-  r.identity.user = "system:serviceaccount:etl:operator";
-  r.identity.sa_namespace = "etl";
-  r.identity.sa_name = "operator";
-  r.identity.pod_name = "operator-7d9f";
-  r.identity.groups = {"system:serviceaccounts"};
-  r.identity.user_agent = "operator/v1";
+  EditIdentity(r).kind = Identity::Kind::kServiceAccount;
+  EditIdentity(r).user = "system:serviceaccount:etl:operator";
+  EditIdentity(r).sa_namespace = "etl";
+  EditIdentity(r).sa_name = "operator";
+  EditIdentity(r).pod_name = "operator-7d9f";
+  EditIdentity(r).groups = {"system:serviceaccounts"};
+  EditIdentity(r).user_agent = "operator/v1";
   r.etcd = {1, 500, 1'000'000, 0};
   return r;
 }
@@ -113,10 +114,10 @@ TEST(CaptureFile, RoundTripsWithoutSecrets) {
     EXPECT_EQ(got.response.finalizers, want.response.finalizers);
     EXPECT_TRUE(got.response.finalizers_seen);
     EXPECT_EQ(got.response.retry_after_s, -1);
-    EXPECT_EQ(got.identity.user, want.identity.user);
-    EXPECT_EQ(got.identity.kind, Identity::Kind::kServiceAccount);
-    EXPECT_EQ(got.identity.pod_name, "operator-7d9f");
-    EXPECT_EQ(got.identity.groups, want.identity.groups);
+    EXPECT_EQ(got.identity->user, want.identity->user);
+    EXPECT_EQ(got.identity->kind, Identity::Kind::kServiceAccount);
+    EXPECT_EQ(got.identity->pod_name, "operator-7d9f");
+    EXPECT_EQ(got.identity->groups, want.identity->groups);
     EXPECT_EQ(got.etcd.keys, 500);
     EXPECT_TRUE(got.response_body_prefix.empty());
   }
@@ -285,9 +286,9 @@ namespace {
 TEST(CaptureFile, BytesThatAreNotUtf8RoundTrip) {
   const std::string path = TempPath("utf8");
   RequestRecord r = Request(1);
-  r.identity.user_agent = "kubectl/\xff\xfe (linux)";
+  EditIdentity(r).user_agent = "kubectl/\xff\xfe (linux)";
   r.path = "/api/v1/namespaces/x/configmaps/\x80\xc3";
-  r.identity.user = "system:serviceaccount:ns:\xe9";
+  EditIdentity(r).user = "system:serviceaccount:ns:\xe9";
   {
     auto w = CaptureWriter::Open(path, {}, 0);
     ASSERT_TRUE(w.ok());
@@ -300,9 +301,9 @@ TEST(CaptureFile, BytesThatAreNotUtf8RoundTrip) {
   ASSERT_TRUE(first.ok()) << first.error().message;
   ASSERT_TRUE(first->has_value());
   const auto& got = std::get<RequestRecord>(**first);
-  EXPECT_EQ(got.identity.user_agent, r.identity.user_agent);
+  EXPECT_EQ(got.identity->user_agent, r.identity->user_agent);
   EXPECT_EQ(got.path, r.path);
-  EXPECT_EQ(got.identity.user, r.identity.user);
+  EXPECT_EQ(got.identity->user, r.identity->user);
   auto second = (*reader)->Next();
   ASSERT_TRUE(second.ok()) << second.error().message;
   EXPECT_TRUE(second->has_value());

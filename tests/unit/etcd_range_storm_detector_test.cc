@@ -32,7 +32,7 @@ EtcdRequest AsEtcdCall(const RequestRecord& r) {
   e.kv_bytes = r.response_bytes;
   e.start_ns = r.start_ns;
   e.end_ns = r.end_ns;
-  e.identity = r.identity;
+  e.identity = *r.identity;
   return e;
 }
 
@@ -72,7 +72,7 @@ RequestRecord Range(const std::string& resource, uint64_t bytes, int64_t latency
   r.response_bytes = bytes;
   r.start_ns = 1'000;
   r.end_ns = 1'000 + latency_ms * kMs;
-  r.identity = client;
+  r.identity = std::make_shared<const Identity>(client);
   r.status = 200;
   return r;
 }

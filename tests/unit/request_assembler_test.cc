@@ -174,8 +174,8 @@ TEST(RequestAssembler, JoinsByProcessConnectionAndStream) {
   EXPECT_EQ(r->response_bytes, 321u);
   EXPECT_EQ(r->start_ns, 11u);
   EXPECT_EQ(r->end_ns, 50u);
-  EXPECT_EQ(r->identity.user, "user-of-abc");
-  EXPECT_EQ(r->identity.user_agent, "ua/1");
+  EXPECT_EQ(r->identity->user, "user-of-abc");
+  EXPECT_EQ(r->identity->user_agent, "ua/1");
 
   // status 0: the handler wrote no header, net/http sends 200.
   auto implicit = a.OnResponse(Resp(1, 100, 1, 60, 0, 0));

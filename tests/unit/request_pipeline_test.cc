@@ -238,7 +238,7 @@ TEST(PipelineIdentity, LiveRequestsShareTheCachedIdentity) {
   PrometheusExporter exporter;
   MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
   std::vector<IdentityRef> seen;
-  pipeline.SetRecorder({.request = [&](const RequestRecord& r) { seen.push_back(r.shared_identity); }});
+  pipeline.SetRecorder({.request = [&](const RequestRecord& r) { seen.push_back(r.identity); }});
   auto get = [&](uint32_t stream, const std::string& token) {
     pipeline.OnEvent(RequestEvent(0xc000100000, stream, 1000,
                                   {{":method", "GET"},

@@ -10,6 +10,7 @@
 #include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "exporters/prometheus_exporter.h"
+#include "record_identity.h"
 
 namespace stormwatch {
 namespace {
@@ -22,10 +23,10 @@ RequestRecord Get(const std::string& user, const std::string& pod, const std::st
   r.status = 200;
   r.start_ns = 1'000'000'000;
   r.end_ns = 1'002'000'000;
-  r.identity.kind = Identity::Kind::kServiceAccount;
-  r.identity.user = user;
-  r.identity.pod_name = pod;
-  r.identity.user_agent = user_agent;
+  EditIdentity(r).kind = Identity::Kind::kServiceAccount;
+  EditIdentity(r).user = user;
+  EditIdentity(r).pod_name = pod;
+  EditIdentity(r).user_agent = user_agent;
   return r;
 }
 
@@ -33,7 +34,7 @@ TEST(SharedIdentity, OneObjectPerClientUntilItChanges) {
   PrometheusExporter exporter;
   MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
   std::vector<IdentityRef> seen;
-  pipeline.SetRecorder({.request = [&](const RequestRecord& r) { seen.push_back(r.shared_identity); }});
+  pipeline.SetRecorder({.request = [&](const RequestRecord& r) { seen.push_back(r.identity); }});
 
   pipeline.ReplayRequest(Get("system:serviceaccount:a:op", "op-1", "op/v1"));
   pipeline.ReplayRequest(Get("system:serviceaccount:a:op", "op-1", "op/v1"));
@@ -54,11 +55,11 @@ TEST(SharedIdentity, OneObjectPerClientUntilItChanges) {
 
 TEST(SharedIdentity, KeepLatestIdentityCopiesOnlyOnChange) {
   RequestRecord first = Get("alice", "", "kubectl/v1.31.0");
-  first.identity.component = "kubectl";
-  first.identity.component_version = "v1.31.0";
-  first.identity.system_masters = true;
-  first.identity.groups = {"system:masters"};
-  IdentityRef kept = SharedIdentity(first);
+  EditIdentity(first).component = "kubectl";
+  EditIdentity(first).component_version = "v1.31.0";
+  EditIdentity(first).system_masters = true;
+  EditIdentity(first).groups = {"system:masters"};
+  IdentityRef kept = first.identity;
   const Identity* before = kept.get();
 
   KeepLatestIdentity(kept, first);
@@ -67,8 +68,8 @@ TEST(SharedIdentity, KeepLatestIdentityCopiesOnlyOnChange) {
   // A token request of the same user with a new client: latest user agent, masters and
   // groups from the certificate stay.
   RequestRecord later = Get("alice", "", "kubectl/v1.32.1");
-  later.identity.component = "kubectl";
-  later.identity.component_version = "v1.32.1";
+  EditIdentity(later).component = "kubectl";
+  EditIdentity(later).component_version = "v1.32.1";
   const IdentityRef held = kept;  // a detector still holding the old one keeps it alive
   KeepLatestIdentity(kept, later);
   EXPECT_NE(kept.get(), before);
@@ -79,10 +80,10 @@ TEST(SharedIdentity, KeepLatestIdentityCopiesOnlyOnChange) {
   EXPECT_EQ(before->user_agent, "kubectl/v1.31.0");  // the old object is untouched
 
   // Seen first without, then with system:masters: it sticks.
-  IdentityRef token = SharedIdentity(Get("bob", "", "kubectl/v1.31.0"));
+  IdentityRef token = Get("bob", "", "kubectl/v1.31.0").identity;
   RequestRecord cert = Get("bob", "", "kubectl/v1.31.0");
-  cert.identity.system_masters = true;
-  cert.identity.groups = {"system:masters", "ops"};
+  EditIdentity(cert).system_masters = true;
+  EditIdentity(cert).groups = {"system:masters", "ops"};
   KeepLatestIdentity(token, cert);
   EXPECT_TRUE(token->system_masters);
   EXPECT_EQ(token->groups.size(), 2u);

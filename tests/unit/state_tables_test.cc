@@ -18,6 +18,7 @@
 #include "agent/kube/identity.h"
 #include "agent/kube/record_keys.h"
 #include "exporters/client_cap.h"
+#include "record_identity.h"
 
 namespace stormwatch {
 namespace {
@@ -285,8 +286,8 @@ TEST(RecordKeys, FieldsAreDelimitedAndKeysFollowTheRecord) {
   EXPECT_EQ(HashFields({"a", "bc"}), KeyedHash("a\x1f" "bc\x1f"));  // after a long one
 
   RequestRecord r;
-  r.identity.user = "system:serviceaccount:shop:carts";
-  r.identity.pod_name = "carts-1";
+  EditIdentity(r).user = "system:serviceaccount:shop:carts";
+  EditIdentity(r).pod_name = "carts-1";
   r.info.api_group = "apps";
   r.info.resource = "deployments";
   r.info.namespace_ = "shop";
@@ -294,7 +295,7 @@ TEST(RecordKeys, FieldsAreDelimitedAndKeysFollowTheRecord) {
   const RecordKeys k = KeysOf(r);  // not set: computed
   EXPECT_TRUE(k.set);
   RequestRecord replica = r;
-  replica.identity.pod_name = "carts-2";
+  EditIdentity(replica).pod_name = "carts-2";
   const RecordKeys kr = KeysOf(replica);
   EXPECT_EQ(kr.user, k.user);           // the same user ...
   EXPECT_NE(kr.client, k.client);       // ... but another client (pod)

@@ -1,0 +1,19 @@
+// Records built by hand in tests: their identity is shared and immutable, so a test that sets
+// its fields one by one edits a copy of its own.
+#pragma once
+
+#include <memory>
+
+#include "agent/core/request_record.h"
+
+namespace stormwatch {
+
+// The record's identity, copied for this record alone and returned for editing.
+inline Identity& EditIdentity(RequestRecord& r) {
+  auto copy = std::make_shared<Identity>(*r.identity);
+  Identity& fields = *copy;
+  r.identity = std::move(copy);
+  return fields;
+}
+
+}  // namespace stormwatch
