@@ -49,6 +49,12 @@ struct Identity {
   std::string component;          // parsed from the user agent: kubectl, kube-controller-manager,
   std::string component_version;  // OpenAPI-Generator (the Python client), ...; and its version
   std::string reason;           // why the kind is what it is, e.g. why kUnknown (never secret)
+  // RecordKeys::user and ::client of this identity (keyed hashes of `user`, and of user + pod),
+  // set once where a shared identity is made (ShareIdentity, agent/kube/record_keys.h), so its
+  // requests are not hashed again one by one; keys_set is false in identities built by hand.
+  uint64_t user_key = 0;
+  uint64_t client_key = 0;
+  bool keys_set = false;
 
   bool operator==(const Identity&) const = default;
 };

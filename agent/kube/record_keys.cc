@@ -27,10 +27,18 @@ uint64_t HashFields(std::initializer_list<std::string_view> fields) {
   return KeyedHash(std::string_view(out, size));
 }
 
+IdentityRef ShareIdentity(Identity id) {
+  id.user_key = HashFields({id.user});
+  id.client_key = CombineKeys(id.user_key, HashFields({id.pod_name}));
+  id.keys_set = true;
+  return std::make_shared<const Identity>(std::move(id));
+}
+
 RecordKeys RecordKeysOf(const RequestRecord& r) {
   RecordKeys k;
-  k.user = HashFields({r.identity->user});
-  k.client = CombineKeys(k.user, HashFields({r.identity->pod_name}));
+  const Identity& id = *r.identity;
+  k.user = id.keys_set ? id.user_key : HashFields({id.user});
+  k.client = id.keys_set ? id.client_key : CombineKeys(k.user, HashFields({id.pod_name}));
   k.resource = HashFields({r.info.api_group, r.info.resource});
   k.object = CombineKeys(k.resource, HashFields({r.info.namespace_, r.info.name}));
   k.set = true;

@@ -30,6 +30,9 @@ inline uint64_t CombineKeys(uint64_t a, uint64_t b) {
 // The keys of `r`'s identity and RequestInfo.
 RecordKeys RecordKeysOf(const RequestRecord& r);
 
+// `id` made shared, with its keys (Identity::user_key, ::client_key) computed once.
+IdentityRef ShareIdentity(Identity id);
+
 // `r`'s keys: as the pipeline set them, or computed now (records built by hand, in tests).
 inline RecordKeys KeysOf(const RequestRecord& r) { return r.keys.set ? r.keys : RecordKeysOf(r); }
 

@@ -23,7 +23,7 @@ IdentityRef IdentityCache::Resolve(std::string_view authorization, std::string_v
   ++misses_;
   return lru_.FindOrInsert(
       key,
-      [&] { return std::make_shared<const Identity>(IdentityFromHeaders(authorization, user_agent)); },
+      [&] { return ShareIdentity(IdentityFromHeaders(authorization, user_agent)); },
       [](uint64_t, IdentityRef&) {});
 }
 
@@ -56,7 +56,7 @@ IdentityRef RequestPipeline::Resolve(const RequestConnection& connection,
       id.groups = std::move(cert->groups);
       id.system_masters = cert->system_masters;
       id.reason = std::move(cert->reason);
-      return std::make_shared<const Identity>(std::move(id));
+      return ShareIdentity(std::move(id));
     }
   }
   return identities_.Resolve(authorization, user_agent);

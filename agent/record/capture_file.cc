@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "agent/kube/record_keys.h"
 #include "capture.pb.h"  // protoc, from proto/capture.proto
 
 namespace stormwatch {
@@ -103,7 +104,7 @@ RequestRecord FromProto(const pb::Request& p) {
   r.response.finalizers.assign(f.finalizers().begin(), f.finalizers().end());
   r.response.finalizers_seen = f.finalizers_seen();
   r.response.resource_version = f.resource_version();
-  r.identity = std::make_shared<const Identity>(FromProto(p.identity()));
+  r.identity = ShareIdentity(FromProto(p.identity()));
   r.etcd = {p.etcd().ranges(), p.etcd().keys(), p.etcd().bytes(), p.etcd().limit()};
   return r;
 }

@@ -25,6 +25,7 @@
 #include <vector>
 #include <string>
 
+#include "agent/kube/record_keys.h"
 #include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "agent/record/capture_file.h"
@@ -97,7 +98,7 @@ void WriteCapture(const std::string& path, size_t records, int clients = kClient
     id.pod_name = id.sa_name + "-7d9f";
     id.user_agent = client % 3 ? "controller/v1.2.3 (linux/amd64) kubernetes/abc" : "kubectl/v1.31.0";
     id.component = client % 3 ? "controller" : "kubectl";
-    rec.identity = std::make_shared<const Identity>(std::move(id));
+    rec.identity = ShareIdentity(std::move(id));
     rec.response.priority_level = "workload-low";
     rec.status = 200;
     int kind = static_cast<int>((r >> 40) % 100);

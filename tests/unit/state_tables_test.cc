@@ -309,6 +309,27 @@ TEST(RecordKeys, FieldsAreDelimitedAndKeysFollowTheRecord) {
   EXPECT_EQ(KeysOf(r).object, k.object);
 }
 
+// A shared identity carries its user and client keys, computed once: records with it get the
+// keys a record hashing the same identity itself gets, so state never splits between the two.
+TEST(RecordKeys, SharedIdentityKeysEqualHashedOnes) {
+  Identity id;
+  id.user = "system:serviceaccount:shop:carts";
+  id.pod_name = "carts-1";
+  RequestRecord shared, hashed;
+  shared.identity = ShareIdentity(id);
+  hashed.identity = std::make_shared<const Identity>(id);
+  ASSERT_TRUE(shared.identity->keys_set);
+  ASSERT_FALSE(hashed.identity->keys_set);
+  EXPECT_EQ(RecordKeysOf(shared).user, RecordKeysOf(hashed).user);
+  EXPECT_EQ(RecordKeysOf(shared).client, RecordKeysOf(hashed).client);
+  // The keys are the identity's, not a constant: another pod is another client.
+  id.pod_name = "carts-2";
+  RequestRecord replica;
+  replica.identity = ShareIdentity(id);
+  EXPECT_EQ(RecordKeysOf(replica).user, RecordKeysOf(shared).user);
+  EXPECT_NE(RecordKeysOf(replica).client, RecordKeysOf(shared).client);
+}
+
 }  // namespace
 }  // namespace stormwatch
 
