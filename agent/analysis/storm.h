@@ -34,7 +34,6 @@ struct AllowList {
   }
 };
 
-
 // Keeps a tracked client's identity as last seen: the user agent, and the component parsed
 // from it, may change between requests of one key; membership in system:masters and the
 // certificate's groups, once seen, stay (one client may send a token, then a certificate).

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/record/capture_file.h"
@@ -291,8 +293,10 @@ void CaptureSeed(const fs::path& dir) {
     r.method = "GET";
     r.path = "/api/v1/namespaces/team-a/pods?limit=500";
     r.status = 200;
-    r.identity.user = "system:serviceaccount:team-a:operator";
-    r.identity.user_agent = kUserAgent;
+    Identity id;
+    id.user = "system:serviceaccount:team-a:operator";
+    id.user_agent = kUserAgent;
+    r.identity = std::make_shared<const Identity>(std::move(id));
     (*w)->Write(r);
     EtcdRequest e;
     e.method = "/etcdserverpb.KV/Range";
