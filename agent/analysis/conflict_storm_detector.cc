@@ -50,13 +50,11 @@ void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       key,
       [&] {
         Entry fresh(ring_);
-        fresh.identity = r.identity;
-        fresh.api_group = info.api_group;
-        fresh.resource = info.resource;
-        fresh.first_seen_s = now_ns / kNsPerSecond;
+        fresh.Reset(r, now_ns / kNsPerSecond);
         return fresh;
       },
-      [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
+      [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); },
+      [&](Entry& reused) { reused.Reset(r, now_ns / kNsPerSecond); });
   KeepLatestIdentity(e.identity, r);
   e.writes.Add(now_ns);
   if (status) e.status_writes.Add(now_ns);

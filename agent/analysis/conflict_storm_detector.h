@@ -53,6 +53,20 @@ class ConflictStormDetector final : public StormDetector {
     SecondBuckets status_writes;     // the /status share of the two above
     SecondBuckets status_conflicts;
     StormAlert alert{ResolvedEvidence::kLatest};
+
+    // As a new entry of `r`'s client and resource, first seen in second `now_s`, its rings
+    // kept (BoundedLru's reuse of an evicted one).
+    void Reset(const RequestRecord& r, int64_t now_s) {
+      identity = r.identity;
+      api_group.assign(r.info.api_group);
+      resource.assign(r.info.resource);
+      first_seen_s = now_s;
+      writes.Clear();
+      conflicts.Clear();
+      status_writes.Clear();
+      status_conflicts.Clear();
+      alert = StormAlert(ResolvedEvidence::kLatest);
+    }
   };
   struct ContendedObject {
     explicit ContendedObject(size_t ring) : conflicts(ring) {}

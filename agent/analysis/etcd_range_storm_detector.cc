@@ -42,11 +42,10 @@ void EtcdRangeStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       CombineKeys(KeysOf(r).client, HashFields({r.info.resource})),
       [&] {
         ListClient fresh(static_cast<size_t>(config_.sustain_s) + 1);
-        fresh.identity = r.identity;
-        fresh.resource = r.info.resource;
+        fresh.Reset(r);
         return fresh;
       },
-      [](uint64_t, ListClient&) {});
+      [](uint64_t, ListClient&) {}, [&](ListClient& reused) { reused.Reset(r); });
   c.lists.Add(now_ns);
 }
 

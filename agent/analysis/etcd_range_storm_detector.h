@@ -67,6 +67,13 @@ class EtcdRangeStormDetector final : public StormDetector {
     IdentityRef identity;
     std::string resource;
     SecondBuckets lists;  // consistent LISTs per second
+
+    // As a new entry of `r`'s client and resource, its ring kept (BoundedLru's reuse).
+    void Reset(const RequestRecord& r) {
+      identity = r.identity;
+      resource.assign(r.info.resource);
+      lists.Clear();
+    }
   };
 
   bool Stormy(const Prefix& p, int64_t s) const;

@@ -49,12 +49,11 @@ void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       key,
       [&] {
         Entry fresh(ring);
-        fresh.identity = r.identity;
-        fresh.api_group = r.info.api_group;
-        fresh.resource = r.info.resource;
+        fresh.Reset(r);
         return fresh;
       },
-      [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); });
+      [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); },
+      [&](Entry& reused) { reused.Reset(r); });
   KeepLatestIdentity(e.identity, r);
   Informer& informer =
       informers_.FindOrInsert(informer_key, [] { return Informer{}; }, [](auto&, auto&) {});

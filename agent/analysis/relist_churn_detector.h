@@ -72,6 +72,23 @@ class RelistChurnDetector final : public StormDetector {
     std::string relist_label_selector;
     std::string relist_field_selector;
     StormAlert alert{ResolvedEvidence::kAsFired};
+
+    // As a new entry of `r`'s client and resource, its buffers kept (BoundedLru's reuse of an
+    // evicted one).
+    void Reset(const RequestRecord& r) {
+      identity = r.identity;
+      api_group.assign(r.info.api_group);
+      resource.assign(r.info.resource);
+      seconds.Clear();
+      watches = {};
+      watches_seen = 0;
+      list_shape = {};
+      list_seen = false;
+      relist_namespace.clear();
+      relist_label_selector.clear();
+      relist_field_selector.clear();
+      alert = StormAlert(ResolvedEvidence::kAsFired);
+    }
   };
   struct Informer {
     int64_t list_start_ns = -1;  // a full LIST not yet followed by a WATCH

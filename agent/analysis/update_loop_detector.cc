@@ -64,12 +64,7 @@ int EffectiveWindow(int window, int64_t first_seen_ns, int64_t last_bucket) {
 }  // namespace
 
 struct UpdateLoopDetector::ObjectEntry {
-  ObjectEntry(uint64_t k, uint64_t rk, std::string ns, std::string n, size_t ring)
-      : key(k),
-        resource_key(rk),
-        namespace_(std::move(ns)),
-        name(std::move(n)),
-        counts(ring) {}
+  explicit ObjectEntry(size_t ring) : counts(ring) {}
   uint64_t key;           // client and object (RecordKeys)
   uint64_t resource_key;  // its ResourceEntry's
   std::string namespace_;
@@ -84,6 +79,20 @@ struct UpdateLoopDetector::ObjectEntry {
   int64_t last_generation = -1;
   uint32_t generations_seen = 0;
   uint32_t generation_changes = 0;
+
+  // As a new entry of object `k` (of resource entry `rk`), its buffers kept (BoundedLru's
+  // reuse of an evicted one).
+  void Reset(uint64_t k, uint64_t rk, const RequestInfo& info) {
+    key = k;
+    resource_key = rk;
+    namespace_.assign(info.namespace_);
+    name.assign(info.name);
+    counts.Clear();
+    touched_bucket = 0;
+    last_generation = -1;
+    generations_seen = 0;
+    generation_changes = 0;
+  }
 };
 
 struct UpdateLoopDetector::ResourceEntry {
@@ -191,8 +200,13 @@ void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const int64_t bucket = BucketOf(now_ns);
   ObjectEntry* object = &objects_.FindOrInsert(
       object_key,
-      [&] { return ObjectEntry(object_key, resource_key, info.namespace_, info.name, object_ring_); },
-      [&](uint64_t, ObjectEntry&) { ++stats_.object_evictions; });
+      [&] {
+        ObjectEntry fresh(object_ring_);
+        fresh.Reset(object_key, resource_key, info);
+        return fresh;
+      },
+      [&](uint64_t, ObjectEntry&) { ++stats_.object_evictions; },
+      [&](ObjectEntry& reused) { reused.Reset(object_key, resource_key, info); });
   newest_bucket_ = std::max(newest_bucket_, bucket);
   object->touched_bucket = newest_bucket_;
   uint32_t* count = object->counts.Slot(bucket);
