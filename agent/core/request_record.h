@@ -33,6 +33,8 @@ struct RequestInfo {
   // AuthorizeWithSelectors reads them; empty otherwise.
   std::string field_selector;
   std::string label_selector;
+
+  bool operator==(const RequestInfo&) const = default;
 };
 
 // Who sent a request. Decoded from credentials; never holds the credential itself.

@@ -404,21 +404,22 @@ class LabelParser {
 
 }  // namespace
 
-std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space) {
+bool PercentDecodeInto(std::string_view s, bool plus_is_space, std::string& out) {
   // Most paths and query values have nothing to decode: one copy.
   if (s.find('%') == std::string_view::npos &&
       (!plus_is_space || s.find('+') == std::string_view::npos)) {
-    return std::string(s);
+    out.assign(s);
+    return true;
   }
-  std::string out;
+  out.clear();
   out.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
     char c = s[i];
     if (c == '%') {
-      if (i + 2 >= s.size()) return std::nullopt;
+      if (i + 2 >= s.size()) return false;
       int hi = HexValue(s[i + 1]);
       int lo = HexValue(s[i + 2]);
-      if (hi < 0 || lo < 0) return std::nullopt;
+      if (hi < 0 || lo < 0) return false;
       out.push_back(static_cast<char>(hi * 16 + lo));
       i += 2;
     } else if (c == '+' && plus_is_space) {
@@ -427,6 +428,12 @@ std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space)
       out.push_back(c);
     }
   }
+  return true;
+}
+
+std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  if (!PercentDecodeInto(s, plus_is_space, out)) return std::nullopt;
   return out;
 }
 
@@ -546,29 +553,42 @@ Result<size_t> ValidateLabelSelector(std::string_view selector) {
 
 RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_query,
                              std::vector<std::string>* parts_out) {
+  RequestInfo info;
+  ParseRequestInfoInto(method, path_and_query, info, parts_out);
+  return info;
+}
+
+void ParseRequestInfoInto(std::string_view method, std::string_view path_and_query,
+                          RequestInfo& info, std::vector<std::string>* parts_out) {
   // Named variables, not a structured binding: a lambda below captures raw_query, which
   // clang before 16 refuses for bindings.
   const auto target = SplitTarget(path_and_query);
   const std::string_view raw_path = target.first;
   const std::string_view raw_query = target.second;
 
-  // Start as a non-resource request until proven otherwise. Go's URL.Path is the decoded
-  // path; a target Go could not parse never reaches the apiserver, so keep it raw.
-  RequestInfo info;
-  if (auto decoded = PercentDecode(raw_path, /*plus_is_space=*/false)) {
-    info.path = std::move(*decoded);
-  } else {
-    info.path = raw_path;
+  // Start as a non-resource request until proven otherwise: every field as a new RequestInfo
+  // has it, the strings' buffers kept. Go's URL.Path is the decoded path; a target Go could
+  // not parse never reaches the apiserver, so keep it raw.
+  info.is_resource_request = false;
+  if (!PercentDecodeInto(raw_path, /*plus_is_space=*/false, info.path)) info.path.assign(raw_path);
+  info.verb.assign(method);
+  for (char& c : info.verb) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (std::string* field : {&info.api_prefix, &info.api_group, &info.api_version,
+                             &info.namespace_, &info.resource, &info.subresource, &info.name,
+                             &info.field_selector, &info.label_selector}) {
+    field->clear();
   }
-  info.verb = ToLower(method);
+  info.parts_count = 0;
+  info.verb_via_path_prefix = false;
+  if (parts_out) parts_out->clear();
 
   const auto parts = SplitPath(info.path);
-  if (parts.size() < 3) return info;
-  if (parts[0] != "api" && parts[0] != "apis") return info;
+  if (parts.size() < 3) return;
+  if (parts[0] != "api" && parts[0] != "apis") return;
   info.api_prefix = parts[0];
   size_t i = 1;
   if (info.api_prefix != "api") {  // not groupless: needs group, version and a resource
-    if (parts.size() - i < 3) return info;
+    if (parts.size() - i < 3) return;
     info.api_group = parts[i++];
   }
   info.is_resource_request = true;
@@ -576,7 +596,7 @@ RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_
 
   // /{specialVerb}/* (legacy watch and proxy prefixes).
   if (parts[i] == "proxy" || parts[i] == "watch") {
-    if (parts.size() - i < 2) return info;  // upstream: error, "unable to determine kind"
+    if (parts.size() - i < 2) return;  // upstream: error, "unable to determine kind"
     info.verb = parts[i++];
     info.verb_via_path_prefix = true;
   } else if (method == "POST") {
@@ -634,7 +654,7 @@ RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_
         if (auto terms = ParseFieldSelector(*fs); terms.ok()) {
           if (auto name = RequiresExactMatch(*terms, "metadata.name");
               name && IsValidPathSegmentName(*name)) {
-            info.name = std::move(*name);
+            info.name.assign(*name);
           }
         }
       }
@@ -652,7 +672,6 @@ RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_
     if (const std::string* v = FirstValue(q, "fieldSelector")) info.field_selector = *v;
     if (const std::string* v = FirstValue(q, "labelSelector")) info.label_selector = *v;
   }
-  return info;
 }
 
 }  // namespace stormwatch

@@ -25,10 +25,16 @@ namespace stormwatch {
 // given, receives upstream's Parts (info.parts_count of them).
 RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_query,
                              std::vector<std::string>* parts = nullptr);
+// The same into `info`, every field set, its strings' buffers reused: parsing request after
+// request into one RequestInfo allocates nothing once they have grown (the pipeline's way).
+void ParseRequestInfoInto(std::string_view method, std::string_view path_and_query,
+                          RequestInfo& info, std::vector<std::string>* parts = nullptr);
 
 // Go's url.PathUnescape / url.QueryUnescape: nullopt on a malformed %-escape.
 // `plus_is_space` selects query semantics ('+' decodes to ' ').
 std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space);
+// The same into `out` (its buffer reused); false, `out` unspecified, on a malformed escape.
+bool PercentDecodeInto(std::string_view s, bool plus_is_space, std::string& out);
 
 // Go's url.ParseQuery: pairs in order, keys and values decoded; pairs that Go drops
 // (containing ';', empty, or with a bad escape) are dropped. Inline: a request's query has

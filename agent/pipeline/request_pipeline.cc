@@ -228,7 +228,10 @@ void RequestPipeline::OnRequest(RequestRecord& r, bool replayed) {
     OnEtcdHttp2Request(r);
     return;
   }
-  r.info = ParseRequestInfo(r.method, r.path);
+  // Parsed into strings the pipeline keeps from record to record (no allocation once they
+  // have grown), lent to the record until it is delivered.
+  ParseRequestInfoInto(r.method, r.path, parsed_info_);
+  std::swap(r.info, parsed_info_);
   r.shape = ParseQueryShape(r.info, r.path);
   r.keys = RecordKeysOf(r);  // identity and info are final: every detector keys by these
   // Live records carry their identity from the identity cache, shared (a client certificate's
@@ -245,6 +248,7 @@ void RequestPipeline::OnRequest(RequestRecord& r, bool replayed) {
   NameApfLevels(r.response);
   etcd_links_.Match(r);
   Deliver(r);
+  std::swap(r.info, parsed_info_);  // the buffers back; r.info as it came
 }
 
 void RequestPipeline::Deliver(const RequestRecord& r) {

@@ -171,6 +171,7 @@ class RequestPipeline {
   std::vector<RecordSink*> sinks_;  // storms_, peers_, recorder_, then those added
   PipelineStats stats_;
   std::unordered_map<uint32_t, TargetRole> roles_;  // by process; unknown = apiserver
+  RequestInfo parsed_info_;  // OnRequest's parse, its buffers reused record after record
 };
 
 }  // namespace stormwatch

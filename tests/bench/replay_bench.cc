@@ -42,8 +42,9 @@ uint64_t g_allocations = 0;
 // gcc pairs the free() below with the inlined new expressions of other translation units' code.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+extern "C" __attribute__((noinline)) void TmpAllocationSeen() { asm volatile(""); }
 void* operator new(std::size_t size) {
-  if (g_count_allocations) ++g_allocations;
+  if (g_count_allocations) { ++g_allocations; TmpAllocationSeen(); }
   if (void* p = std::malloc(size ? size : 1)) return p;
   throw std::bad_alloc();
 }

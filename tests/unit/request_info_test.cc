@@ -705,5 +705,46 @@ TEST(RequestInfoTest, LabelSelectorValidationMatchesUpstream) {
   EXPECT_EQ(*ValidateLabelSelector("a,b=c,!d"), 3u);
 }
 
+// The pipeline parses every request into one RequestInfo: each parse must leave it exactly as a
+// fresh parse would, whatever the previous request left in it.
+TEST(RequestInfoInto, ReusedInfoEqualsAFreshParse) {
+  const std::pair<const char*, const char*> requests[] = {
+      {"GET", "/apis/apps/v1/namespaces/team-a/deployments?labelSelector=app%3Dweb&fieldSelector=metadata.name%3Dweb-1"},
+      {"GET", "/healthz"},
+      {"GET", "/api/v1/watch/namespaces/kube-system/pods/coredns-5d78c9869d-abcde"},
+      {"PUT", "/apis/batch.company.com/v1/namespaces/team-a/datajobs/job-17/status"},
+      {"GET", "/api/v1/pods/%zz"},
+      {"DELETE", "/api/v1/namespaces/ns/configmaps?labelSelector=tier%3Dcache"},
+      {"OPTIONS", "/apis"},
+      {"GET", "/api/v1/namespaces/ns/pods?watch=true&fieldSelector=spec.nodeName%3Dnode-1"},
+  };
+  RequestInfo reused;
+  std::vector<std::string> reused_parts;
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& [method, target] : requests) {
+      std::vector<std::string> parts;
+      const RequestInfo fresh = ParseRequestInfo(method, target, &parts);
+      ParseRequestInfoInto(method, target, reused, &reused_parts);
+      EXPECT_EQ(reused, fresh) << method << " " << target;
+      EXPECT_EQ(reused_parts, parts) << method << " " << target;
+    }
+  }
+  // The sequence does exercise every field: a selector, a name from it, then none of them.
+  EXPECT_EQ(ParseRequestInfo("GET", requests[0].second).name, "web-1");
+  EXPECT_EQ(ParseRequestInfo("GET", requests[0].second).label_selector, "app=web");
+  EXPECT_EQ(ParseRequestInfo("PUT", requests[3].second).subresource, "status");
+  EXPECT_TRUE(ParseRequestInfo("GET", requests[2].second).verb_via_path_prefix);
+}
+
+TEST(PercentDecodeInto, ReusesItsOutputAndReportsBadEscapes) {
+  std::string out = "left over from before";
+  EXPECT_TRUE(PercentDecodeInto("a%2Fb+c", /*plus_is_space=*/true, out));
+  EXPECT_EQ(out, "a/b c");
+  EXPECT_TRUE(PercentDecodeInto("plain", /*plus_is_space=*/false, out));
+  EXPECT_EQ(out, "plain");
+  EXPECT_FALSE(PercentDecodeInto("bad%zz", /*plus_is_space=*/false, out));
+  EXPECT_FALSE(PercentDecodeInto("cut%2", /*plus_is_space=*/false, out));
+}
+
 }  // namespace
 }  // namespace stormwatch
