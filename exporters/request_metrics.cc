@@ -8,6 +8,7 @@
 #include "agent/kube/metric_labels.h"
 #include "agent/kube/object_facts.h"
 #include "agent/kube/query_shape.h"
+#include "agent/kube/record_keys.h"
 
 namespace stormwatch {
 
@@ -20,9 +21,7 @@ std::string_view GrpcMethodLabel(std::string_view path) {
   return path;
 }
 
-bool ResourceLabels::Admit(std::string_view group, std::string_view resource, bool served) {
-  key_.assign(group).append("/").append(resource);
-  const absl::string_view key(key_.data(), key_.size());  // Debian's Abseil: its own view
+bool ResourceLabels::Admit(uint64_t key, bool served) {
   if (auto it = seen_.find(key); it != seen_.end()) {
     if (served && !it->second.served) {
       it->second.served = true;
@@ -34,7 +33,7 @@ bool ResourceLabels::Admit(std::string_view group, std::string_view resource, bo
     ++folded_;
     return false;
   }
-  seen_.emplace(key_, Seen{served});
+  seen_.emplace(key, Seen{served});
   if (!served) ++unserved_;
   return true;
 }
@@ -47,7 +46,8 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
   MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
   if (!m.resource.empty()) {
     const bool served = r.status != 401 && r.status != 403 && r.status != 404;
-    if (!CouldBeServedApi(m) || !resources_.Admit(m.group, m.resource, served)) {
+    // m.group and m.resource are the RequestInfo's: their key is the record's resource key.
+    if (!CouldBeServedApi(m) || !resources_.Admit(KeysOf(r).resource, served)) {
       m.group = m.version = m.subresource = "";
       m.resource = "other";
     }

@@ -25,19 +25,19 @@ class ResourceLabels {
  public:
   static constexpr size_t kMaxResources = 1024;
   static constexpr size_t kMaxUnservedResources = 64;
-  // Whether the pair keeps its own label; `served`: the request was answered otherwise than
-  // 401, 403 or 404.
-  bool Admit(std::string_view group, std::string_view resource, bool served);
+  // Whether the pair keeps its own label; `resource_key`: the pair's RecordKeys::resource (the
+  // record's, hashed once per record); `served`: the request was answered otherwise than 401,
+  // 403 or 404.
+  bool Admit(uint64_t resource_key, bool served);
   uint64_t folded() const { return folded_; }
 
  private:
   struct Seen {
     bool served = false;
   };
-  absl::flat_hash_map<std::string, Seen> seen_;  // "group/resource"
+  absl::flat_hash_map<uint64_t, Seen> seen_;  // by resource key
   size_t unserved_ = 0;   // entries never served
   uint64_t folded_ = 0;   // requests labelled "other" for want of room
-  std::string key_;       // scratch
 };
 
 class RequestMetrics final : public RecordSink {

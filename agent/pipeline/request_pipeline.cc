@@ -228,10 +228,11 @@ void RequestPipeline::OnRequest(RequestRecord& r, bool replayed) {
     OnEtcdHttp2Request(r);
     return;
   }
-  // Parsed into strings the pipeline keeps from record to record (no allocation once they
-  // have grown), lent to the record until it is delivered.
-  ParseRequestInfoInto(r.method, r.path, parsed_info_);
-  std::swap(r.info, parsed_info_);
+  // Parsed into the record with the buffers of the two fields that rarely fit a string's inline
+  // 15 bytes, the path and the name, lent by the pipeline until the record is delivered (no
+  // allocation once they have grown; swapping the whole RequestInfo costs more than the copies).
+  LendParseBuffers(r.info);
+  ParseRequestInfoInto(r.method, r.path, r.info);
   r.shape = ParseQueryShape(r.info, r.path);
   r.keys = RecordKeysOf(r);  // identity and info are final: every detector keys by these
   // Live records carry their identity from the identity cache, shared (a client certificate's
@@ -248,7 +249,12 @@ void RequestPipeline::OnRequest(RequestRecord& r, bool replayed) {
   NameApfLevels(r.response);
   etcd_links_.Match(r);
   Deliver(r);
-  std::swap(r.info, parsed_info_);  // the buffers back; r.info as it came
+  LendParseBuffers(r.info);  // back to the pipeline
+}
+
+void RequestPipeline::LendParseBuffers(RequestInfo& info) {
+  info.path.swap(parse_buffers_.path);
+  info.name.swap(parse_buffers_.name);
 }
 
 void RequestPipeline::Deliver(const RequestRecord& r) {

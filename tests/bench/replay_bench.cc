@@ -42,9 +42,14 @@ uint64_t g_allocations = 0;
 // gcc pairs the free() below with the inlined new expressions of other translation units' code.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-extern "C" __attribute__((noinline)) void TmpAllocationSeen() { asm volatile(""); }
+// Called for each counted allocation: `gdb -ex 'break CountedAllocation' -ex 'commands' -ex
+// 'bt 30' ...` lists where the steady state still allocates (docs/benchmark.md).
+extern "C" __attribute__((noinline)) void CountedAllocation() { asm volatile(""); }
 void* operator new(std::size_t size) {
-  if (g_count_allocations) { ++g_allocations; TmpAllocationSeen(); }
+  if (g_count_allocations) {
+    ++g_allocations;
+    CountedAllocation();
+  }
   if (void* p = std::malloc(size ? size : 1)) return p;
   throw std::bad_alloc();
 }
