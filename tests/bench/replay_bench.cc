@@ -42,8 +42,8 @@ uint64_t g_allocations = 0;
 // gcc pairs the free() below with the inlined new expressions of other translation units' code.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-// Called for each counted allocation: `gdb -ex 'break CountedAllocation' -ex 'commands' -ex
-// 'bt 30' ...` lists where the steady state still allocates (docs/benchmark.md).
+// Called for each counted allocation: a gdb breakpoint on it printing the stack lists where the
+// steady state still allocates (docs/benchmark.md has the commands).
 extern "C" __attribute__((noinline)) void CountedAllocation() { asm volatile(""); }
 void* operator new(std::size_t size) {
   if (g_count_allocations) {
