@@ -249,7 +249,9 @@ void RequestPipeline::OnRequest(RequestRecord& r, bool replayed) {
   NameApfLevels(r.response);
   etcd_links_.Match(r);
   Deliver(r);
-  LendParseBuffers(r.info);  // back to the pipeline
+  // Back to the pipeline: r.info's path and name are the record's own again (every caller
+  // drops the record now; nothing may keep a view of them past Deliver).
+  LendParseBuffers(r.info);
 }
 
 void RequestPipeline::LendParseBuffers(RequestInfo& info) {
