@@ -5,10 +5,24 @@
 
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
 
 namespace stormwatch {
+
+// A failed comparison prints the fields, not the struct's bytes (found by ADL: not in the
+// anonymous namespace).
+void PrintTo(const RequestInfo& i, std::ostream* os) {
+  *os << "{resource_request=" << i.is_resource_request << " path=\"" << i.path << "\" verb=\""
+      << i.verb << "\" prefix=\"" << i.api_prefix << "\" group=\"" << i.api_group
+      << "\" version=\"" << i.api_version << "\" namespace=\"" << i.namespace_ << "\" resource=\""
+      << i.resource << "\" subresource=\"" << i.subresource << "\" name=\"" << i.name
+      << "\" parts=" << i.parts_count << " via_path=" << i.verb_via_path_prefix
+      << " field_selector=\"" << i.field_selector << "\" label_selector=\"" << i.label_selector
+      << "\"}";
+}
+
 namespace {
 
 using Parts = std::vector<std::string>;
