@@ -2,48 +2,51 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <tuple>
+
+#include "agent/kube/record_keys.h"
 
 namespace stormwatch {
+
+ClientName::ClientName(std::string_view label) : label(label), key(HashFields({label})) {}
 
 // Room for four folded candidates per slot keeps heavy hitters from being pushed out of the
 // sketch by a crowd of one-off clients between two Compact calls.
 ClientCap::ClientCap(size_t max_clients, int64_t idle_ns)
     : max_clients_(max_clients), idle_ns_(idle_ns), folded_(4 * max_clients) {}
 
-void ClientCap::AdmitWith(std::string_view client, uint64_t recent) {
-  admitted_.emplace(client, Activity{.recent = recent});
+void ClientCap::AdmitWith(const ClientName& client, uint64_t recent) {
+  admitted_.emplace(client.key, Activity{.recent = recent, .label = std::string(client.label)});
 }
 
-bool ClientCap::Admit(std::string_view client, bool is_request) {
-  if (!is_request && last_valid_ && client == last_client_) return last_admitted_;
+bool ClientCap::Admit(const ClientName& client, bool is_request) {
+  if (!is_request && last_valid_ && client.key == last_key_) return last_admitted_;
   last_admitted_ = Decide(client, is_request);
-  last_client_.assign(client);
+  last_key_ = client.key;
   last_valid_ = true;
   return last_admitted_;
 }
 
-bool ClientCap::Decide(std::string_view client_view, bool is_request) {
-  if (client_view == kOtherClient) return true;
-  // Debian's Abseil has its own string_view: the maps look up by that one.
-  const absl::string_view client(client_view.data(), client_view.size());
-  if (auto it = admitted_.find(client); it != admitted_.end()) {
+bool ClientCap::Decide(const ClientName& client, bool is_request) {
+  if (client.label == kOtherClient) return true;
+  if (auto it = admitted_.find(client.key); it != admitted_.end()) {
     it->second.recent += is_request;
     it->second.seen = true;
     return true;
   }
   // Slots are reserved only between a Compact and the reserved clients' next request.
-  if (auto it = reserved_.empty() ? reserved_.end() : reserved_.find(client); it != reserved_.end()) {
+  if (auto it = reserved_.empty() ? reserved_.end() : reserved_.find(client.key); it != reserved_.end()) {
     reserved_.erase(it);
     // Carries its folded count over, so it is compared with admitted clients fairly.
-    AdmitWith(client_view, folded_.Guaranteed(client_view) + is_request);
-    folded_.Erase(client_view);
+    AdmitWith(client, folded_.Guaranteed(client.key) + is_request);
+    folded_.Erase(client.key);
     return true;
   }
   if (admitted_.size() + reserved_.size() < max_clients_) {
-    AdmitWith(client_view, uint64_t{is_request});
+    AdmitWith(client, uint64_t{is_request});
     return true;
   }
-  if (is_request) folded_.Add(client_view);
+  if (is_request) folded_.Add(client.key);
   return false;
 }
 
@@ -56,7 +59,7 @@ std::vector<std::string> ClientCap::Compact(int64_t now_ns) {
       a.seen = false;
       a.last_seen_ns = now_ns;
     } else if (now_ns - a.last_seen_ns >= idle_ns_) {
-      ended.push_back(it->first);
+      ended.push_back(std::move(a.label));
       admitted_.erase(it++);
       continue;
     }
@@ -64,9 +67,10 @@ std::vector<std::string> ClientCap::Compact(int64_t now_ns) {
   }
 
   reserved_.clear();
-  std::vector<std::pair<uint64_t, std::string>> least_active;
+  // Least active first; ties by label, so the choice does not depend on the process's hash key.
+  std::vector<std::tuple<uint64_t, std::string_view, uint64_t>> least_active;
   least_active.reserve(admitted_.size());
-  for (const auto& [client, a] : admitted_) least_active.emplace_back(a.recent, client);
+  for (const auto& [key, a] : admitted_) least_active.emplace_back(a.recent, a.label, key);
   std::sort(least_active.begin(), least_active.end());
   size_t next_victim = 0;
   for (const auto& [client, requests] : folded_.Top(max_clients_)) {
@@ -75,11 +79,11 @@ std::vector<std::string> ClientCap::Compact(int64_t now_ns) {
       continue;
     }
     if (next_victim == least_active.size()) break;
-    const auto& [victim_requests, victim] = least_active[next_victim];
+    const auto& [victim_requests, victim_label, victim] = least_active[next_victim];
     // Candidates come heaviest first and victims least active first: once one fails, all do.
     if (requests < kMinDisplaceRequests || requests < kDisplaceFactor * victim_requests) break;
-    ended.push_back(victim);
-    admitted_.erase(victim);
+    ended.emplace_back(victim_label);
+    admitted_.erase(victim);  // after the copy: the label is the entry's
     reserved_.insert(client);
     ++next_victim;
   }

@@ -9,6 +9,9 @@
 // that sends at least kDisplaceFactor times the requests of the least active admitted one (over
 // the same decayed window) takes that client's place, so a storm that starts once the slots are
 // full is still named.
+//
+// Clients are found by their label's 64-bit key (ClientName): a request's client is hashed once,
+// where its identity is made, not once per table it is looked up in.
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
@@ -28,6 +31,19 @@ namespace stormwatch {
 
 inline constexpr char kOtherClient[] = "other";
 
+// A client label and its key: the keyed hash of the label (HashFields({label}), so equal
+// labels have equal keys). Callers holding the key already (an identity's user_key) pass it;
+// the others have the label hashed. The label is a view: valid for the call.
+struct ClientName {
+  ClientName() = default;  // names nobody: set before use
+  ClientName(std::string_view label);  // NOLINT: a label converts, hashed
+  ClientName(const char* label) : ClientName(std::string_view(label)) {}  // NOLINT
+  ClientName(const std::string& label) : ClientName(std::string_view(label)) {}  // NOLINT
+  ClientName(std::string_view label, uint64_t key) : label(label), key(key) {}
+  std::string_view label;
+  uint64_t key = 0;
+};
+
 class ClientCap {
  public:
   static constexpr uint64_t kDisplaceFactor = 4;
@@ -39,7 +55,7 @@ class ClientCap {
   // Whether `client` has its own series. `is_request` counts one request towards its activity
   // (other observations of the same request only ask: answered from the last answer when they
   // ask about the same client, as the families of one request do).
-  bool Admit(std::string_view client, bool is_request);
+  bool Admit(const ClientName& client, bool is_request);
   // Ends idle clients, reserves free slots for the heaviest folded clients and lets much
   // heavier folded clients displace the least active admitted ones. Returns the clients whose
   // series must end.
@@ -47,26 +63,28 @@ class ClientCap {
 
   size_t admitted() const { return admitted_.size(); }
   size_t max_clients() const { return max_clients_; }
-  const SpaceSaving<>& folded() const { return folded_; }
+  // Folded clients by their keys (ClientName::key).
+  const SpaceSaving<std::monostate, uint64_t>& folded() const { return folded_; }
 
  private:
   struct Activity {
     uint64_t recent = 0;    // requests, halved at every Compact
     bool seen = true;       // since the last Compact
     int64_t last_seen_ns = 0;
+    std::string label;  // what Compact returns when the client's series end
   };
-  void AdmitWith(std::string_view client, uint64_t recent);
-  bool Decide(std::string_view client, bool is_request);
+  void AdmitWith(const ClientName& client, uint64_t recent);
+  bool Decide(const ClientName& client, bool is_request);
 
   size_t max_clients_;
   int64_t idle_ns_;
-  absl::flat_hash_map<std::string, Activity> admitted_;
+  absl::flat_hash_map<uint64_t, Activity> admitted_;  // by ClientName::key
   // Slots kept free for heavy folded clients until their next request (or the next Compact).
-  absl::flat_hash_set<std::string> reserved_;
-  SpaceSaving<> folded_;
+  absl::flat_hash_set<uint64_t> reserved_;
+  SpaceSaving<std::monostate, uint64_t> folded_;
   // The last client asked about and the answer; forgotten by Compact, the only place an
   // answer changes other than through Admit itself.
-  std::string last_client_;
+  uint64_t last_key_ = 0;
   bool last_admitted_ = false;
   bool last_valid_ = false;
 };

@@ -240,35 +240,43 @@ const std::string& PrometheusExporter::Key(std::initializer_list<std::string_vie
 
 template <typename MakeLabels>
 prometheus::Counter& PrometheusExporter::ClientCounter(ClientFamily family,
-                                                       std::string_view client, bool admitted,
+                                                       const ClientName& client, bool admitted,
                                                        const std::string& key,
                                                        MakeLabels make_labels) {
-  const std::string_view label = admitted ? client : std::string_view(kOtherClient);
   if (!admitted) folded_counters_[family]->Increment();
-  auto& counters = ClientEntry(label).second.by_family[family];
+  return SeriesCounter(family, client, admitted, key, make_labels);
+}
+
+template <typename MakeLabels>
+prometheus::Counter& PrometheusExporter::SeriesCounter(ClientFamily family,
+                                                       const ClientName& client, bool admitted,
+                                                       const std::string& key,
+                                                       MakeLabels make_labels) {
+  auto& counters = ClientEntry(client, admitted).by_family[family];
   auto it = counters.find(key);
   if (it == counters.end()) {
     if (counters.empty()) {
       client_series_gauges_[family]->Set(static_cast<double>(++clients_per_family_[family]));
     }
     Labels labels = make_labels();
-    labels["client"] = std::string(label);
+    labels["client"] = std::string(admitted ? client.label : other_.label);
     it = counters.emplace(key, &client_families_[family]->Add(labels)).first;
   }
   return *it->second;
 }
 
-std::pair<const std::string, PrometheusExporter::ClientCounters>& PrometheusExporter::ClientEntry(
-    std::string_view label) {
+PrometheusExporter::ClientCounters& PrometheusExporter::ClientEntry(const ClientName& client,
+                                                                    bool admitted) {
+  const uint64_t key = admitted ? client.key : other_.key;
   // The previous call's client is most often this one's (a request counts in several families).
-  if (last_client_ == nullptr || last_client_->first != label) {
-    last_client_ = &*client_counters_.try_emplace(absl::string_view(label.data(), label.size())).first;
+  if (last_client_ == nullptr || last_client_->first != key) {
+    last_client_ = &*client_counters_.try_emplace(key).first;
   }
-  return *last_client_;
+  return last_client_->second;
 }
 
 void PrometheusExporter::EndClientSeries(const std::string& client) {
-  auto it = client_counters_.find(client);
+  auto it = client_counters_.find(ClientName(client).key);
   if (it == client_counters_.end()) return;
   for (size_t f = 0; f < kClientFamilyCount; ++f) {
     if (it->second.by_family[f].empty()) continue;
@@ -317,30 +325,30 @@ void PrometheusExporter::CountRequest(const RequestObservation& o) {
   };
   std::lock_guard lock(mu_);
   const bool admitted = cap_.Admit(l.client, /*is_request=*/true);
-  const std::string_view label = admitted ? l.client : std::string_view(kOtherClient);
   // The APF labels are part of the key: a label set finds all its series at once.
   const std::string& key = Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope,
                                 l.code, o.priority_level, o.flow_schema});
-  ClientCounters& client = ClientEntry(label).second;
+  ClientCounters& client = ClientEntry(l.client, admitted);
   RequestSeries& series = client.requests.try_emplace(key).first->second;
-  // Found the slow way once per label set and client (ClientCounter registers each series in
-  // its family's map, which EndClientSeries removes them by).
+  // Found the slow way once per label set and client (SeriesCounter registers each series in
+  // its family's map, which EndClientSeries removes them by); folded requests are counted
+  // below, one by one.
   auto request_key = [&]() -> const std::string& {
     return Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope, l.code});
   };
-  if (!series.requests) series.requests = &ClientCounter(kRequests, label, true, request_key(), labels);
+  if (!series.requests) series.requests = &SeriesCounter(kRequests, l.client, admitted, request_key(), labels);
   if (!admitted) folded_counters_[kRequests]->Increment();
   series.requests->Increment();
   if (o.response_bytes) {
     if (!series.response_bytes) {
-      series.response_bytes = &ClientCounter(kResponseBytes, label, true, request_key(), labels);
+      series.response_bytes = &SeriesCounter(kResponseBytes, l.client, admitted, request_key(), labels);
     }
     if (!admitted) folded_counters_[kResponseBytes]->Increment();
     series.response_bytes->Increment(static_cast<double>(o.response_bytes));
   }
   if (o.apf) {
     if (!series.apf) {
-      series.apf = &ClientCounter(kApf, label, true, Key({o.priority_level, o.flow_schema}), [&] {
+      series.apf = &SeriesCounter(kApf, l.client, admitted, Key({o.priority_level, o.flow_schema}), [&] {
         return Labels{{"priority_level", OrUnknown(o.priority_level)},
                       {"flow_schema", OrUnknown(o.flow_schema)}};
       });
@@ -354,7 +362,7 @@ void PrometheusExporter::CountRequest(const RequestObservation& o) {
   }
 }
 
-void PrometheusExporter::CountList(std::string_view client, std::string_view group,
+void PrometheusExporter::CountList(const ClientName& client, std::string_view group,
                                    std::string_view resource, std::string_view scope,
                                    std::string_view consistency, bool paginated) {
   std::lock_guard lock(mu_);
@@ -369,7 +377,7 @@ void PrometheusExporter::CountList(std::string_view client, std::string_view gro
   }).Increment();
 }
 
-void PrometheusExporter::CountThrottled(std::string_view client, std::string_view priority_level,
+void PrometheusExporter::CountThrottled(const ClientName& client, std::string_view priority_level,
                                         int retry_after_s) {
   // APF answers Retry-After in whole seconds, usually 1.
   static const prometheus::Histogram::BucketBoundaries kBuckets = {1, 2, 5, 10, 30, 60, 120, 300};
@@ -389,7 +397,7 @@ void PrometheusExporter::CountThrottled(std::string_view client, std::string_vie
   it->second->Observe(retry_after_s);
 }
 
-void PrometheusExporter::CountWatch(std::string_view client, std::string_view group,
+void PrometheusExporter::CountWatch(const ClientName& client, std::string_view group,
                                     std::string_view resource, double duration_s,
                                     bool send_initial_events) {
   // Watches end at the server's timeout (--min-request-timeout 1800 s by default, randomised)
@@ -460,7 +468,7 @@ void PrometheusExporter::SetAlertmanagerStats(uint64_t sent, uint64_t failed, ui
 }
 
 void PrometheusExporter::CountEtcdRequest(std::string_view method, std::string_view resource,
-                                          std::string_view client, std::string_view code) {
+                                          const ClientName& client, std::string_view code) {
   std::lock_guard lock(mu_);
   const std::string& key = Key({method, resource, code});
   bool admitted = cap_.Admit(client, /*is_request=*/false);
@@ -471,7 +479,7 @@ void PrometheusExporter::CountEtcdRequest(std::string_view method, std::string_v
 }
 
 void PrometheusExporter::CountEtcdStreamMessage(std::string_view method, std::string_view message,
-                                                std::string_view resource, std::string_view client) {
+                                                std::string_view resource, const ClientName& client) {
   std::lock_guard lock(mu_);
   const std::string& key = Key({method, message, resource});
   bool admitted = cap_.Admit(client, /*is_request=*/false);
@@ -481,7 +489,7 @@ void PrometheusExporter::CountEtcdStreamMessage(std::string_view method, std::st
   }).Increment();
 }
 
-void PrometheusExporter::CountEtcdRange(std::string_view resource, std::string_view client,
+void PrometheusExporter::CountEtcdRange(std::string_view resource, const ClientName& client,
                                         uint64_t keys, uint64_t bytes) {
   std::lock_guard lock(mu_);
   bool admitted = cap_.Admit(client, /*is_request=*/false);

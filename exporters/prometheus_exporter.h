@@ -38,7 +38,8 @@ namespace stormwatch {
 // Labels of stormwatch_requests_total: `client` plus apiserver_request_total's labels (views:
 // valid for the call).
 struct RequestLabels {
-  std::string_view client, verb, group, version, resource, subresource, scope, code;
+  ClientName client;
+  std::string_view verb, group, version, resource, subresource, scope, code;
 };
 
 // One finished request, as stormwatch_requests_total, stormwatch_response_bytes_total,
@@ -88,14 +89,14 @@ class PrometheusExporter {
   // A gRPC call etcd served (the apiserver's storage traffic): method, the key's resource
   // ("other" outside /registry), the client (certificate CN) and gRPC code name.
   void CountEtcdRequest(std::string_view method, std::string_view resource,
-                        std::string_view client, std::string_view code);
+                        const ClientName& client, std::string_view code);
   // One message on an open etcd stream (message: watch_create, watch_cancel, lease_keepalive);
   // resource: a watch create's key, "" otherwise; client: its stream's (unknown for a Watch
   // stream opened before the agent).
   void CountEtcdStreamMessage(std::string_view method, std::string_view message,
-                              std::string_view resource, std::string_view client);
+                              std::string_view resource, const ClientName& client);
   // What a Range returned: keys and their key + value bytes.
-  void CountEtcdRange(std::string_view resource, std::string_view client, uint64_t keys,
+  void CountEtcdRange(std::string_view resource, const ClientName& client, uint64_t keys,
                       uint64_t bytes);
   void ObserveEtcdDuration(std::string_view method, std::string_view resource, double seconds);
   // Consistent LISTs seen with etcd attached, and how many were matched to their etcd Range
@@ -107,7 +108,7 @@ class PrometheusExporter {
   // other) and what it gave (object, partial, not_object, unreadable).
   void CountResponseBody(std::string_view encoding, std::string_view result);
   // LISTs by how much they cost: consistent (etcd) or from the cache, paginated or not.
-  void CountList(std::string_view client, std::string_view group, std::string_view resource,
+  void CountList(const ClientName& client, std::string_view group, std::string_view resource,
                  std::string_view scope, std::string_view consistency, bool paginated);
   void SetStormActive(const std::map<std::string, std::string>& labels, bool active);
   void CountStormStarted(const std::string& storm);
@@ -121,7 +122,7 @@ class PrometheusExporter {
   void ObserveTargetPlanning(const std::string& target, double seconds);
 
   // A 429 and its Retry-After (seconds; negative when absent).
-  void CountThrottled(std::string_view client, std::string_view priority_level, int retry_after_s);
+  void CountThrottled(const ClientName& client, std::string_view priority_level, int retry_after_s);
   // Requests of an exempt client per reason (priority_level_exempt or system_masters), as the
   // detector counts them: `cumulative` since `since_ns` (a new since_ns: the detector forgot
   // the client and counts afresh), published once a second; the counter grows by the
@@ -134,7 +135,7 @@ class PrometheusExporter {
   // Alertmanager notifications so far (cumulative).
   void SetAlertmanagerStats(uint64_t sent, uint64_t failed, uint64_t dropped);
   // A finished WATCH: how long it stayed open, and whether it was a streaming LIST.
-  void CountWatch(std::string_view client, std::string_view group, std::string_view resource,
+  void CountWatch(const ClientName& client, std::string_view group, std::string_view resource,
                   double duration_s, bool send_initial_events);
 
   // About once a minute: ends the series of idle clients (making room for heavy hitters
@@ -165,12 +166,16 @@ class PrometheusExporter {
   using Labels = std::map<std::string, std::string>;
 
   // The counter of `client` (or of "other" when it is not admitted) in `family`; `labels`
-  // (without client) are only built when the series is new.
+  // (without client) are only built when the series is new. Counts a folded observation.
   template <typename MakeLabels>
-  prometheus::Counter& ClientCounter(ClientFamily family, std::string_view client, bool admitted,
+  prometheus::Counter& ClientCounter(ClientFamily family, const ClientName& client, bool admitted,
                                      const std::string& key, MakeLabels make_labels);
-  // The entry of `label` (a client, or "other"), made when missing.
-  std::pair<const std::string, ClientCounters>& ClientEntry(std::string_view label);
+  // The same counter, found without counting anything.
+  template <typename MakeLabels>
+  prometheus::Counter& SeriesCounter(ClientFamily family, const ClientName& client, bool admitted,
+                                     const std::string& key, MakeLabels make_labels);
+  // The entry of `client` (or of "other" when not admitted), made when missing.
+  ClientCounters& ClientEntry(const ClientName& client, bool admitted);
   // stormwatch_request_duration_seconds' histogram of (verb, group, resource).
   prometheus::Histogram& DurationHistogram(std::string_view verb, std::string_view group,
                                            std::string_view resource);
@@ -230,11 +235,12 @@ class PrometheusExporter {
   std::array<size_t, kClientFamilyCount> clients_per_family_{};
   std::array<prometheus::Gauge*, kClientFamilyCount> client_series_gauges_;
   std::array<prometheus::Counter*, kClientFamilyCount> folded_counters_;
-  absl::flat_hash_map<std::string, ClientCounters> client_counters_;
-  // The entry ClientCounter used last (a request counts in several families). Entries move
-  // when the map grows: only ClientCounter adds (and re-points this), EndClientSeries erases
+  const ClientName other_{kOtherClient};  // client="other" and its key
+  absl::flat_hash_map<uint64_t, ClientCounters> client_counters_;  // by ClientName::key
+  // The entry ClientEntry found last (a request counts in several families). Entries move
+  // when the map grows: only ClientEntry adds (and re-points this), EndClientSeries erases
   // (and clears this).
-  std::pair<const std::string, ClientCounters>* last_client_ = nullptr;
+  std::pair<const uint64_t, ClientCounters>* last_client_ = nullptr;
   // Histogram handles per label set: Family::Add hashes a std::map on every call.
   absl::flat_hash_map<std::string, prometheus::Histogram*> duration_cache_;
   absl::flat_hash_map<std::string, prometheus::Histogram*> etcd_duration_cache_;

@@ -11,6 +11,19 @@
 #include "agent/kube/record_keys.h"
 
 namespace stormwatch {
+namespace {
+
+// The client label of `id` (ClientLabel) with its key: the identity's own user_key when it
+// has one (a label's key is the hash of the label, and user_key is the hash of the user).
+ClientName ClientNameOf(const Identity& id) {
+  if (id.user.empty()) {
+    static const ClientName unknown(ClientLabel(id));
+    return unknown;
+  }
+  return ClientName(id.user, id.keys_set ? id.user_key : HashFields({id.user}));
+}
+
+}  // namespace
 
 std::string_view GrpcMethodLabel(std::string_view path) {
   if (path.size() > 96 || path.size() < 4 || path[0] != '/') return "other";
@@ -52,7 +65,7 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
       m.resource = "other";
     }
   }
-  const std::string& client = ClientLabel(*r.identity);
+  const ClientName client = ClientNameOf(*r.identity);
   char code[16];
   const auto printed = std::to_chars(code, code + sizeof(code), r.status);
   RequestObservation o;
@@ -81,7 +94,7 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
 }
 
 void RequestMetrics::OnEtcdCall(const EtcdRequest& r) {
-  const std::string& client = ClientLabel(r.identity);
+  const ClientName client = ClientNameOf(r.identity);
   const std::string_view method = GrpcMethodLabel(r.method);  // views: no copy per call
   const std::string_view resource = r.resource;
   if (r.http_status != 0) {  // the HTTP/2 server's view: method and status only

@@ -84,6 +84,8 @@ struct QueryShape {
   bool field_selector = false;
   bool send_initial_events = false;  // WatchList (streaming LIST)
   int64_t timeout_seconds = 0;       // watches: timeoutSeconds
+
+  bool operator==(const QueryShape&) const = default;
 };
 
 // What the response said beyond its status, where captured (zero values when not).

@@ -1,7 +1,7 @@
-// Space-Saving (Metwally et al.): approximate top counts of a stream of string keys in fixed
-// memory, the one heavy-hitter sketch of the agent (which clients get their own metric series,
-// which peer IPs of a client are kept). Each count over-estimates by at most its `error`;
-// count - error is a guaranteed lower bound. A key that is not tracked takes the slot with the
+// Space-Saving (Metwally et al.): approximate top counts of a stream of keys in fixed memory,
+// the one heavy-hitter sketch of the agent (which clients get their own metric series, by
+// their 64-bit label keys; which peer IPs of a client are kept, by string). Each count
+// over-estimates by at most its `error`; count - error is a guaranteed lower bound. A key that is not tracked takes the slot with the
 // smallest count and inherits that count as its error, so a heavy key is never pushed out by
 // many light ones. Each slot can carry a Payload (what the caller keeps per key, reset when the
 // slot changes hands). Not thread-safe.
@@ -16,16 +16,19 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
 
 namespace stormwatch {
 
-template <typename Payload = std::monostate>
+template <typename Payload = std::monostate, typename Key = std::string>
 class SpaceSaving {
  public:
   static constexpr size_t kScanCapacity = 16;
+  // How a key is passed and indexed: strings as views of the slots' own copies.
+  using KeyArg = std::conditional_t<std::is_same_v<Key, std::string>, std::string_view, Key>;
 
   explicit SpaceSaving(size_t capacity) : slots_(capacity), scan_(capacity <= kScanCapacity) {
     free_.reserve(capacity);
@@ -39,17 +42,17 @@ class SpaceSaving {
   SpaceSaving& operator=(const SpaceSaving&) = delete;
 
   // Counts `amount` more for `key`; its slot's payload (nullptr only with capacity 0).
-  Payload* Add(std::string_view key, uint64_t amount = 1);
-  void Erase(std::string_view key);
+  Payload* Add(KeyArg key, uint64_t amount = 1);
+  void Erase(KeyArg key);
   // Lower bound of `key`'s count (0 when not tracked).
-  uint64_t Guaranteed(std::string_view key) const;
-  // Keys with a positive lower bound, highest first.
-  std::vector<std::pair<std::string, uint64_t>> Top(size_t n) const;
+  uint64_t Guaranteed(KeyArg key) const;
+  // Keys with a positive lower bound, highest first (ties: the smaller key first).
+  std::vector<std::pair<Key, uint64_t>> Top(size_t n) const;
   // Every tracked key: f(key, count, error, payload), in no order.
   template <typename F>
   void ForEach(F f) const {
     for (uint32_t i : heap_) {
-      f(std::string_view(slots_[i].key), slots_[i].count, slots_[i].error, slots_[i].payload);
+      f(KeyArg(slots_[i].key), slots_[i].count, slots_[i].error, slots_[i].payload);
     }
   }
   // Forgets every key, as a new sketch of the same capacity, keeping its buffers.
@@ -63,7 +66,7 @@ class SpaceSaving {
   static constexpr uint32_t kNotInHeap = UINT32_MAX;
   static constexpr uint32_t kNoSlot = UINT32_MAX;
   struct Slot {
-    std::string key;  // the index's keys view these (slots_ never reallocates)
+    Key key{};  // the index's string keys view these (slots_ never reallocates)
     uint64_t count = 0, error = 0;
     uint32_t heap_pos = kNotInHeap;
     Payload payload{};
@@ -78,7 +81,7 @@ class SpaceSaving {
     slots_[slot].heap_pos = static_cast<uint32_t>(pos);
   }
   // The slot holding `key`, or kNoSlot.
-  uint32_t Find(std::string_view key) const {
+  uint32_t Find(KeyArg key) const {
     if (scan_) {
       for (uint32_t i : heap_) {
         if (slots_[i].key == key) return i;
@@ -89,17 +92,25 @@ class SpaceSaving {
     return it == index_.end() ? kNoSlot : it->second;
   }
   void Index(uint32_t i) {
-    if (!scan_) index_.emplace(std::string_view(slots_[i].key), i);
+    if (!scan_) index_.emplace(KeyArg(slots_[i].key), i);
   }
   void Unindex(uint32_t i) {
-    if (!scan_) index_.erase(std::string_view(slots_[i].key));
+    if (!scan_) index_.erase(KeyArg(slots_[i].key));
   }
   void SiftUp(size_t pos);
   void SiftDown(size_t pos);
   void RemoveFromHeap(uint32_t slot);
+  // Keeps a string key's buffer for the slot's next key.
+  static void ClearKey(Key& key) {
+    if constexpr (std::is_same_v<Key, std::string>) {
+      key.clear();
+    } else {
+      key = Key{};
+    }
+  }
   void Free(uint32_t i) {
     Slot& slot = slots_[i];
-    slot.key.clear();
+    ClearKey(slot.key);
     slot.count = slot.error = 0;
     slot.heap_pos = kNotInHeap;
     slot.payload = Payload{};
@@ -110,11 +121,11 @@ class SpaceSaving {
   std::vector<uint32_t> free_;
   std::vector<uint32_t> heap_;  // every used slot
   bool scan_;
-  absl::flat_hash_map<std::string_view, uint32_t> index_;  // empty when scan_
+  absl::flat_hash_map<KeyArg, uint32_t> index_;  // empty when scan_
 };
 
-template <typename Payload>
-void SpaceSaving<Payload>::SiftUp(size_t pos) {
+template <typename Payload, typename Key>
+void SpaceSaving<Payload, Key>::SiftUp(size_t pos) {
   const uint32_t slot = heap_[pos];
   while (pos > 0) {
     const size_t parent = (pos - 1) / 2;
@@ -125,8 +136,8 @@ void SpaceSaving<Payload>::SiftUp(size_t pos) {
   Place(pos, slot);
 }
 
-template <typename Payload>
-void SpaceSaving<Payload>::SiftDown(size_t pos) {
+template <typename Payload, typename Key>
+void SpaceSaving<Payload, Key>::SiftDown(size_t pos) {
   const uint32_t slot = heap_[pos];
   for (;;) {
     size_t child = 2 * pos + 1;
@@ -139,8 +150,8 @@ void SpaceSaving<Payload>::SiftDown(size_t pos) {
   Place(pos, slot);
 }
 
-template <typename Payload>
-void SpaceSaving<Payload>::RemoveFromHeap(uint32_t slot) {
+template <typename Payload, typename Key>
+void SpaceSaving<Payload, Key>::RemoveFromHeap(uint32_t slot) {
   const size_t pos = slots_[slot].heap_pos;
   const uint32_t last = heap_.back();
   heap_.pop_back();
@@ -151,8 +162,8 @@ void SpaceSaving<Payload>::RemoveFromHeap(uint32_t slot) {
   SiftDown(slots_[last].heap_pos);
 }
 
-template <typename Payload>
-Payload* SpaceSaving<Payload>::Add(std::string_view key, uint64_t amount) {
+template <typename Payload, typename Key>
+Payload* SpaceSaving<Payload, Key>::Add(KeyArg key, uint64_t amount) {
   if (const uint32_t found = Find(key); found != kNoSlot) {
     Slot& slot = slots_[found];
     slot.count += amount;
@@ -176,7 +187,11 @@ Payload* SpaceSaving<Payload>::Add(std::string_view key, uint64_t amount) {
     return nullptr;  // capacity 0
   }
   Slot& slot = slots_[i];
-  slot.key.assign(key);  // reuses the slot's buffer
+  if constexpr (std::is_same_v<Key, std::string>) {
+    slot.key.assign(key);  // reuses the slot's buffer
+  } else {
+    slot.key = key;
+  }
   slot.count = error + amount;
   slot.error = error;
   Index(i);
@@ -185,11 +200,11 @@ Payload* SpaceSaving<Payload>::Add(std::string_view key, uint64_t amount) {
   return &slot.payload;
 }
 
-template <typename Payload>
-void SpaceSaving<Payload>::Clear() {
+template <typename Payload, typename Key>
+void SpaceSaving<Payload, Key>::Clear() {
   for (uint32_t i : heap_) {
     Slot& slot = slots_[i];
-    slot.key.clear();
+    ClearKey(slot.key);
     slot.count = slot.error = 0;
     slot.heap_pos = kNotInHeap;
     slot.payload = Payload{};
@@ -200,8 +215,8 @@ void SpaceSaving<Payload>::Clear() {
   for (size_t i = slots_.size(); i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));
 }
 
-template <typename Payload>
-void SpaceSaving<Payload>::Erase(std::string_view key) {
+template <typename Payload, typename Key>
+void SpaceSaving<Payload, Key>::Erase(KeyArg key) {
   const uint32_t i = Find(key);
   if (i == kNoSlot) return;
   Unindex(i);
@@ -209,17 +224,17 @@ void SpaceSaving<Payload>::Erase(std::string_view key) {
   Free(i);
 }
 
-template <typename Payload>
-uint64_t SpaceSaving<Payload>::Guaranteed(std::string_view key) const {
+template <typename Payload, typename Key>
+uint64_t SpaceSaving<Payload, Key>::Guaranteed(KeyArg key) const {
   const uint32_t i = Find(key);
   if (i == kNoSlot) return 0;
   const Slot& slot = slots_[i];
   return slot.count - slot.error;
 }
 
-template <typename Payload>
-std::vector<std::pair<std::string, uint64_t>> SpaceSaving<Payload>::Top(size_t n) const {
-  std::vector<std::pair<std::string, uint64_t>> top;
+template <typename Payload, typename Key>
+std::vector<std::pair<Key, uint64_t>> SpaceSaving<Payload, Key>::Top(size_t n) const {
+  std::vector<std::pair<Key, uint64_t>> top;
   for (uint32_t i : heap_) {
     if (uint64_t g = slots_[i].count - slots_[i].error; g > 0) top.emplace_back(slots_[i].key, g);
   }
@@ -235,8 +250,8 @@ std::vector<std::pair<std::string, uint64_t>> SpaceSaving<Payload>::Top(size_t n
   return top;
 }
 
-template <typename Payload>
-void SpaceSaving<Payload>::Decay() {
+template <typename Payload, typename Key>
+void SpaceSaving<Payload, Key>::Decay() {
   heap_.clear();
   for (uint32_t i = 0; i < slots_.size(); ++i) {
     Slot& slot = slots_[i];

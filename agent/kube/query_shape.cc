@@ -17,15 +17,20 @@ int64_t ToInt(const std::string* v) {
 }  // namespace
 
 QueryShape ParseQueryShape(const RequestInfo& info, std::string_view path_and_query) {
-  QueryShape s;
-  if (info.verb != "list" && info.verb != "watch" && info.verb != "get") return s;
-  // One parse of the query per request (this runs for every read): first value per key.
+  if (info.verb != "list" && info.verb != "watch" && info.verb != "get") return {};
+  // The query as Go's url.Parse splits it: after the first '?', before a '#'.
   std::string_view raw_query;
+  path_and_query = path_and_query.substr(0, path_and_query.find('#'));
   if (size_t q = path_and_query.find('?'); q != std::string_view::npos) {
     raw_query = path_and_query.substr(q + 1);
-    raw_query = raw_query.substr(0, raw_query.find('#'));
   }
-  const auto params = ParseQuery(raw_query);
+  return QueryShapeOf(info, ParseQuery(raw_query));
+}
+
+QueryShape QueryShapeOf(const RequestInfo& info, const QueryParams& params) {
+  QueryShape s;
+  if (info.verb != "list" && info.verb != "watch" && info.verb != "get") return s;
+  // First value per key.
   auto param = [&](std::string_view key) -> const std::string* {
     for (const auto& [k, v] : params) {
       if (k == key) return &v;

@@ -12,10 +12,13 @@
 #include <string_view>
 
 #include "agent/core/request_record.h"
+#include "agent/kube/request_info.h"
 
 namespace stormwatch {
 
 QueryShape ParseQueryShape(const RequestInfo& info, std::string_view path_and_query);
+// The same from the query as ParseRequestInfoInto gave it (parsed once per request).
+QueryShape QueryShapeOf(const RequestInfo& info, const QueryParams& query);
 
 // Label values: "consistent", "any", "exact", "not_older_than", "" (not a read).
 const char* ConsistencyName(QueryShape::Consistency c);

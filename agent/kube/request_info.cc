@@ -558,13 +558,21 @@ RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_
   return info;
 }
 
-void ParseRequestInfoInto(std::string_view method, std::string_view path_and_query,
-                          RequestInfo& info, std::vector<std::string>* parts_out) {
-  // Named variables, not a structured binding: a lambda below captures raw_query, which
-  // clang before 16 refuses for bindings.
-  const auto target = SplitTarget(path_and_query);
-  const std::string_view raw_path = target.first;
-  const std::string_view raw_query = target.second;
+namespace {
+
+// ParseRequestInfoInto's rules; `query` is parsed from `raw_query` when a rule needs it
+// (query_parsed says whether it was).
+void ParseTargetInto(std::string_view method, std::string_view raw_path,
+                     std::string_view raw_query, RequestInfo& info,
+                     std::vector<std::string>* parts_out, QueryParams& query,
+                     bool& query_parsed) {
+  auto parsed_query = [&]() -> const QueryParams& {
+    if (!query_parsed) {
+      query = ParseQuery(raw_query);
+      query_parsed = true;
+    }
+    return query;
+  };
 
   // Start as a non-resource request until proven otherwise: every field as a new RequestInfo
   // has it, the strings' buffers kept. Go's URL.Path is the decoded path; a target Go could
@@ -632,16 +640,6 @@ void ParseRequestInfoInto(std::string_view method, std::string_view path_and_que
   if (info.parts_count >= 2) info.name = p[1];
   if (info.parts_count >= 1) info.resource = p[0];
 
-  QueryParams query;
-  bool query_parsed = false;
-  auto parsed_query = [&]() -> const QueryParams& {
-    if (!query_parsed) {
-      query = ParseQuery(raw_query);
-      query_parsed = true;
-    }
-    return query;
-  };
-
   // No name and a GET: a list or a watch, decided by ListOptions from the query.
   if (info.name.empty() && info.verb == "get") {
     const auto& q = parsed_query();
@@ -671,6 +669,24 @@ void ParseRequestInfoInto(std::string_view method, std::string_view path_and_que
     const auto& q = parsed_query();
     if (const std::string* v = FirstValue(q, "fieldSelector")) info.field_selector = *v;
     if (const std::string* v = FirstValue(q, "labelSelector")) info.label_selector = *v;
+  }
+}
+
+}  // namespace
+
+void ParseRequestInfoInto(std::string_view method, std::string_view path_and_query,
+                          RequestInfo& info, std::vector<std::string>* parts_out,
+                          QueryParams* query_out) {
+  const auto [raw_path, raw_query] = SplitTarget(path_and_query);
+  QueryParams own_query;
+  QueryParams& query = query_out ? *query_out : own_query;
+  bool query_parsed = false;
+  ParseTargetInto(method, raw_path, raw_query, info, parts_out, query, query_parsed);
+  if (!query_out) return;
+  if (info.verb != "get" && info.verb != "list" && info.verb != "watch") {
+    query.clear();
+  } else if (!query_parsed) {
+    query = ParseQuery(raw_query);
   }
 }
 

@@ -25,10 +25,6 @@ namespace stormwatch {
 // given, receives upstream's Parts (info.parts_count of them).
 RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_query,
                              std::vector<std::string>* parts = nullptr);
-// The same into `info`, every field set, its strings' buffers reused: parsing request after
-// request into one RequestInfo allocates nothing once they have grown (the pipeline's way).
-void ParseRequestInfoInto(std::string_view method, std::string_view path_and_query,
-                          RequestInfo& info, std::vector<std::string>* parts = nullptr);
 
 // Go's url.PathUnescape / url.QueryUnescape: nullopt on a malformed %-escape.
 // `plus_is_space` selects query semantics ('+' decodes to ' ').
@@ -41,6 +37,15 @@ bool PercentDecodeInto(std::string_view s, bool plus_is_space, std::string& out)
 // a few parameters, and it is parsed per request.
 using QueryParams = absl::InlinedVector<std::pair<std::string, std::string>, 4>;
 QueryParams ParseQuery(std::string_view raw_query);
+
+// ParseRequestInfo into `info`, every field set, its strings' buffers reused: parsing request
+// after request into one RequestInfo allocates nothing once they have grown (the pipeline's
+// way). `query`, when given, receives the target's query parsed when the verb is a read (get,
+// list, watch: what QueryShapeOf reads) and is emptied otherwise, so the query is parsed once
+// for both.
+void ParseRequestInfoInto(std::string_view method, std::string_view path_and_query,
+                          RequestInfo& info, std::vector<std::string>* parts = nullptr,
+                          QueryParams* query = nullptr);
 
 // First value of query parameter `key` in a request target, URL-decoded; nullopt if absent
 // (so "?resourceVersion=" gives "" and no parameter gives nullopt).

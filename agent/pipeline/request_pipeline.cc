@@ -232,8 +232,8 @@ void RequestPipeline::OnRequest(RequestRecord& r, bool replayed) {
   // 15 bytes, the path and the name, lent by the pipeline until the record is delivered (no
   // allocation once they have grown; swapping the whole RequestInfo costs more than the copies).
   LendParseBuffers(r.info);
-  ParseRequestInfoInto(r.method, r.path, r.info);
-  r.shape = ParseQueryShape(r.info, r.path);
+  ParseRequestInfoInto(r.method, r.path, r.info, /*parts=*/nullptr, &query_);
+  r.shape = QueryShapeOf(r.info, query_);
   r.keys = RecordKeysOf(r);  // identity and info are final: every detector keys by these
   // Live records carry their identity from the identity cache, shared (a client certificate's
   // is made per request); replayed ones are interned here.

@@ -23,6 +23,7 @@
 #include "agent/core/bounded_lru.h"
 #include "agent/capture/connection_ends.h"
 #include "agent/kube/apf_names.h"
+#include "agent/kube/request_info.h"
 #include "agent/core/etcd_request.h"
 #include "agent/core/request_record.h"
 #include "agent/pipeline/client_peers.h"
@@ -177,6 +178,7 @@ class RequestPipeline {
   struct ParseBuffers {
     std::string path, name;
   } parse_buffers_;
+  QueryParams query_;  // a read's query, parsed once for its RequestInfo and its QueryShape
 };
 
 }  // namespace stormwatch

@@ -88,7 +88,7 @@ TEST(ClientCapTest, AdmitsWhileThereIsRoomThenFolds) {
   EXPECT_TRUE(cap.Admit("a", false));
   EXPECT_TRUE(cap.Admit(kOtherClient, true));  // never takes a slot
   EXPECT_EQ(cap.admitted(), 2u);
-  EXPECT_EQ(cap.folded().Guaranteed("c"), 1u);
+  EXPECT_EQ(cap.folded().Guaranteed(ClientName("c").key), 1u);
 }
 
 TEST(ClientCapTest, EndsClientsIdleForIdleSeconds) {

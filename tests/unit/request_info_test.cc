@@ -2,11 +2,14 @@
 // TestGetNonAPIRequestInfo, TestFieldSelectorParsing and its successor TestSelectorParsing),
 // then the Go net/url and apimachinery behaviour the parser depends on.
 #include "agent/kube/request_info.h"
+#include "agent/kube/query_shape.h"
 
 #include <gtest/gtest.h>
 
 #include <ostream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace stormwatch {
@@ -748,6 +751,54 @@ TEST(RequestInfoInto, ReusedInfoEqualsAFreshParse) {
   EXPECT_EQ(ParseRequestInfo("GET", requests[0].second).label_selector, "app=web");
   EXPECT_EQ(ParseRequestInfo("PUT", requests[3].second).subresource, "status");
   EXPECT_TRUE(ParseRequestInfo("GET", requests[2].second).verb_via_path_prefix);
+}
+
+void PrintTo(const QueryShape& s, std::ostream* os) {
+  *os << "{consistency=" << ConsistencyName(s.consistency) << " paginated=" << s.paginated
+      << " continued=" << s.continued << " limit=" << s.limit << " label_selector="
+      << s.label_selector << " field_selector=" << s.field_selector
+      << " send_initial_events=" << s.send_initial_events << " timeout=" << s.timeout_seconds
+      << "}";
+}
+
+// The pipeline parses a read's query once, with its RequestInfo, and takes its shape from that
+// parse: the same shape as parsing the target again, the query emptied for what is no read.
+TEST(RequestInfoInto, QueryParsedOnceGivesTheSameShape) {
+  const std::pair<const char*, const char*> requests[] = {
+      {"GET", "/api/v1/namespaces/ns/pods?limit=500&resourceVersion=0"},
+      {"PATCH", "/apis/apps/v1/namespaces/ns/deployments/web?fieldManager=kubectl&limit=5"},
+      {"GET", "/api/v1/pods?resourceVersion=12&resourceVersionMatch=Exact&labelSelector=a%3Db"},
+      {"GET", "/api/v1/namespaces/ns/configmaps/cm?resourceVersion=7"},
+      {"GET", "/api/v1/pods?watch=1&sendInitialEvents=true&timeoutSeconds=300&resourceVersion="},
+      {"GET", "/api/v1/pods?continue=abc%3D&limit=50#fragment?limit=9"},
+      {"GET", "/api/v1/pods#limit?limit=9"},
+      {"DELETE", "/api/v1/namespaces/ns/pods?labelSelector=x"},
+      {"GET", "/api/v1/watch/pods?resourceVersion=5"},
+      {"GET", "https://10.0.0.1:6443/api/v1/pods?limit=3"},
+  };
+  RequestInfo info;
+  QueryParams query = {{"left", "over"}};
+  for (const auto& [method, target] : requests) {
+    ParseRequestInfoInto(method, target, info, /*parts=*/nullptr, &query);
+    const RequestInfo fresh = ParseRequestInfo(method, target);
+    EXPECT_EQ(info, fresh) << method << " " << target;
+    EXPECT_EQ(QueryShapeOf(info, query), ParseQueryShape(fresh, target)) << method << " " << target;
+    const bool read = info.verb == "get" || info.verb == "list" || info.verb == "watch";
+    EXPECT_EQ(query.empty(), !read || std::string_view(target).find('?') == std::string_view::npos ||
+                                 std::string_view(target).find('#') < std::string_view(target).find('?'))
+        << method << " " << target;
+  }
+  // The cases do differ: a paged cache read, a fragment that is no query, a legacy watch.
+  ParseRequestInfoInto("GET", requests[0].second, info, nullptr, &query);
+  EXPECT_EQ(QueryShapeOf(info, query).limit, 500);
+  EXPECT_EQ(QueryShapeOf(info, query).consistency, QueryShape::Consistency::kAny);
+  ParseRequestInfoInto("GET", requests[5].second, info, nullptr, &query);
+  EXPECT_EQ(QueryShapeOf(info, query).limit, 50);
+  ParseRequestInfoInto("GET", requests[6].second, info, nullptr, &query);
+  EXPECT_EQ(QueryShapeOf(info, query).limit, 0);
+  EXPECT_EQ(QueryShapeOf(info, query).consistency, QueryShape::Consistency::kConsistent);
+  ParseRequestInfoInto("GET", requests[8].second, info, nullptr, &query);
+  EXPECT_EQ(QueryShapeOf(info, query).consistency, QueryShape::Consistency::kNotOlderThan);
 }
 
 TEST(PercentDecodeInto, ReusesItsOutputAndReportsBadEscapes) {

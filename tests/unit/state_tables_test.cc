@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "agent/core/bounded_lru.h"
@@ -218,35 +219,46 @@ class ReferenceSpaceSaving {
   std::set<std::pair<uint64_t, size_t>> by_count_;
 };
 
-// 64 slots find keys through the index, 8 by scanning (kScanCapacity): both as the reference.
+// 64 slots find keys through the index, 8 by scanning (kScanCapacity): both as the reference,
+// with string keys and with integer keys (ClientCap's: a client label's 64-bit key).
 class SpaceSavingModelTest : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(SpaceSavingModelTest, HeapKeepsWhatTheOrderedSetKept) {
   SpaceSaving sketch(GetParam());
+  SpaceSaving<std::monostate, uint64_t> numbered(GetParam());
   ReferenceSpaceSaving ref(GetParam());
+  const std::string prefix = "system:serviceaccount:tenant:controller-";
   uint64_t seed = 7;
   auto next = [&] { return seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; };
   for (int i = 0; i < 100000; ++i) {
     const uint64_t r = next();
     // A few heavy clients among many light ones.
     const uint64_t client = (r >> 12) % 4 == 0 ? (r >> 20) % 8 : (r >> 20) % 2000;
-    const std::string key = "system:serviceaccount:tenant:controller-" + std::to_string(client);
+    const std::string key = prefix + std::to_string(client);
     if ((r >> 4) % 50 == 0) {
       sketch.Erase(key);
+      numbered.Erase(client);
       ref.Erase(key);
     } else {
       sketch.Add(key, 1 + (r >> 40) % 3);
+      numbered.Add(client, 1 + (r >> 40) % 3);
       ref.Add(key, 1 + (r >> 40) % 3);
     }
     if (i % 5000 == 4999) {
       sketch.Decay();
+      numbered.Decay();
       ref.Decay();
     }
     if (i % 997 == 0) {
-      std::map<std::string, uint64_t> got;
-      for (const auto& [k, v] : ref.Guaranteed()) got[k] = sketch.Guaranteed(k);
+      std::map<std::string, uint64_t> got, got_numbered;
+      for (const auto& [k, v] : ref.Guaranteed()) {
+        got[k] = sketch.Guaranteed(k);
+        got_numbered[k] = numbered.Guaranteed(std::stoull(k.substr(prefix.size())));
+      }
       ASSERT_EQ(got, ref.Guaranteed()) << "after " << i << " operations";
+      ASSERT_EQ(got_numbered, ref.Guaranteed()) << "after " << i << " operations";
       ASSERT_EQ(sketch.size(), ref.Guaranteed().size());
+      ASSERT_EQ(numbered.size(), ref.Guaranteed().size());
     }
   }
 }
