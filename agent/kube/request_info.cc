@@ -560,6 +560,13 @@ RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_
 
 namespace {
 
+// `field` = `value`, the buffer kept: cheaper than operator= (libstdc++'s _M_replace handles
+// overlapping sources, which these never are), and this runs ten times per request.
+void Set(std::string& field, std::string_view value) {
+  field.clear();
+  field.append(value.data(), value.size());
+}
+
 // ParseRequestInfoInto's rules; `query` is parsed from `raw_query` when a rule needs it
 // (query_parsed says whether it was).
 void ParseTargetInto(std::string_view method, std::string_view raw_path,
@@ -579,8 +586,10 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   // not parse never reaches the apiserver, so keep it raw.
   info.is_resource_request = false;
   if (!PercentDecodeInto(raw_path, /*plus_is_space=*/false, info.path)) info.path.assign(raw_path);
-  info.verb.assign(method);
-  for (char& c : info.verb) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  Set(info.verb, method);
+  for (char& c : info.verb) {  // ASCII, as std::tolower in the C locale (no call per char)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
   for (std::string* field : {&info.api_prefix, &info.api_group, &info.api_version,
                              &info.namespace_, &info.resource, &info.subresource, &info.name,
                              &info.field_selector, &info.label_selector}) {
@@ -593,39 +602,39 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   const auto parts = SplitPath(info.path);
   if (parts.size() < 3) return;
   if (parts[0] != "api" && parts[0] != "apis") return;
-  info.api_prefix = parts[0];
+  Set(info.api_prefix, parts[0]);
   size_t i = 1;
   if (info.api_prefix != "api") {  // not groupless: needs group, version and a resource
     if (parts.size() - i < 3) return;
-    info.api_group = parts[i++];
+    Set(info.api_group, parts[i++]);
   }
   info.is_resource_request = true;
-  info.api_version = parts[i++];
+  Set(info.api_version, parts[i++]);
 
   // /{specialVerb}/* (legacy watch and proxy prefixes).
   if (parts[i] == "proxy" || parts[i] == "watch") {
     if (parts.size() - i < 2) return;  // upstream: error, "unable to determine kind"
-    info.verb = parts[i++];
+    Set(info.verb, parts[i++]);
     info.verb_via_path_prefix = true;
   } else if (method == "POST") {
-    info.verb = "create";
+    Set(info.verb, "create");
   } else if (method == "GET" || method == "HEAD") {
-    info.verb = "get";
+    Set(info.verb, "get");
   } else if (method == "PUT") {
-    info.verb = "update";
+    Set(info.verb, "update");
   } else if (method == "PATCH") {
-    info.verb = "patch";
+    Set(info.verb, "patch");
   } else if (method == "DELETE") {
-    info.verb = "delete";
+    Set(info.verb, "delete");
   } else {
-    info.verb = "";
+    Set(info.verb, "");
   }
 
   // /namespaces/{namespace}/{resource}/*: parts become relative to the resource, unless
   // what follows the namespace name is one of its own subresources.
   if (parts[i] == "namespaces") {
     if (parts.size() - i > 1) {
-      info.namespace_ = parts[i + 1];
+      Set(info.namespace_, parts[i + 1]);
       if (parts.size() - i > 2 && parts[i + 2] != "status" && parts[i + 2] != "finalize") {
         i += 2;
       }
@@ -636,15 +645,15 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   if (parts_out) parts_out->assign(p, p + info.parts_count);
 
   // Proxy takes no subresource.
-  if (info.parts_count >= 3 && info.verb != "proxy") info.subresource = p[2];
-  if (info.parts_count >= 2) info.name = p[1];
-  if (info.parts_count >= 1) info.resource = p[0];
+  if (info.parts_count >= 3 && info.verb != "proxy") Set(info.subresource, p[2]);
+  if (info.parts_count >= 2) Set(info.name, p[1]);
+  if (info.parts_count >= 1) Set(info.resource, p[0]);
 
   // No name and a GET: a list or a watch, decided by ListOptions from the query.
   if (info.name.empty() && info.verb == "get") {
     const auto& q = parsed_query();
     const std::string* watch = FirstValue(q, "watch");
-    info.verb = (watch && QueryBool(*watch)) ? "watch" : "list";
+    Set(info.verb, (watch && QueryBool(*watch)) ? "watch" : "list");
     // The name comes from fieldSelector=metadata.name=X, but only when every ListOptions
     // field decodes (upstream resets the options on any decode error).
     if (!ListOptionsDecodeFails(q)) {
@@ -652,7 +661,7 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
         if (auto terms = ParseFieldSelector(*fs); terms.ok()) {
           if (auto name = RequiresExactMatch(*terms, "metadata.name");
               name && IsValidPathSegmentName(*name)) {
-            info.name.assign(*name);
+            Set(info.name, *name);
           }
         }
       }
@@ -660,15 +669,15 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   }
 
   // No name and a DELETE: deletecollection.
-  if (info.name.empty() && info.verb == "delete") info.verb = "deletecollection";
+  if (info.name.empty() && info.verb == "delete") Set(info.verb, "deletecollection");
 
   // AuthorizeWithSelectors: raw selectors for the verbs that honour them, except on the
   // deprecated verb-via-path endpoints.
   if (!info.verb_via_path_prefix &&
       (info.verb == "list" || info.verb == "watch" || info.verb == "deletecollection")) {
     const auto& q = parsed_query();
-    if (const std::string* v = FirstValue(q, "fieldSelector")) info.field_selector = *v;
-    if (const std::string* v = FirstValue(q, "labelSelector")) info.label_selector = *v;
+    if (const std::string* v = FirstValue(q, "fieldSelector")) Set(info.field_selector, *v);
+    if (const std::string* v = FirstValue(q, "labelSelector")) Set(info.label_selector, *v);
   }
 }
 
