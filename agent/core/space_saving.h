@@ -1,12 +1,18 @@
 // Space-Saving (Metwally et al.): approximate top counts of a stream of keys in fixed memory,
 // the one heavy-hitter sketch of the agent (which clients get their own metric series, by
 // their 64-bit label keys; which peer IPs of a client are kept, by string). Each count
-// over-estimates by at most its `error`; count - error is a guaranteed lower bound. A key that is not tracked takes the slot with the
-// smallest count and inherits that count as its error, so a heavy key is never pushed out by
-// many light ones. Each slot can carry a Payload (what the caller keeps per key, reset when the
-// slot changes hands). Not thread-safe.
+// over-estimates by at most its `error`; count - error is a guaranteed lower bound. A key that
+// is not tracked takes the slot of the smallest count and inherits that count as its error, so
+// a heavy key is never pushed out by many light ones. Each slot can carry a Payload (what the
+// caller keeps per key, reset when the slot changes hands). Not thread-safe.
+//
+// Kept as the paper's Stream-Summary: buckets of equal count in a list ordered by count, each
+// a list of its slots in the order they reached that count. An update moves one slot to the
+// next bucket up: O(1) for the usual +1, where a heap sifted the slot through every slot of
+// its count (a dozen levels with thousands of folded clients). Among equal smallest counts the
+// slot replaced is the one that has held that count longest.
 // Small sketches (ClientPeers' 8 IPs per client, one per live client) find keys by scanning
-// their used slots: cheaper than hashing the key, and no index to keep.
+// their slots: cheaper than hashing the key, and no index to keep.
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
@@ -30,10 +36,14 @@ class SpaceSaving {
   // How a key is passed and indexed: strings as views of the slots' own copies.
   using KeyArg = std::conditional_t<std::is_same_v<Key, std::string>, std::string_view, Key>;
 
-  explicit SpaceSaving(size_t capacity) : slots_(capacity), scan_(capacity <= kScanCapacity) {
-    free_.reserve(capacity);
-    heap_.reserve(capacity);
-    for (size_t i = capacity; i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));
+  explicit SpaceSaving(size_t capacity)
+      : slots_(capacity), buckets_(capacity), scan_(capacity <= kScanCapacity) {
+    free_slots_.reserve(capacity);
+    free_buckets_.reserve(capacity);
+    for (size_t i = capacity; i > 0; --i) {
+      free_slots_.push_back(static_cast<uint32_t>(i - 1));
+      free_buckets_.push_back(static_cast<uint32_t>(i - 1));
+    }
   }
   // Moves keep every slot where it is (the index views the slots' keys); copies would not.
   SpaceSaving(SpaceSaving&&) noexcept = default;
@@ -41,55 +51,58 @@ class SpaceSaving {
   SpaceSaving(const SpaceSaving&) = delete;
   SpaceSaving& operator=(const SpaceSaving&) = delete;
 
-  // Counts `amount` more for `key`; its slot's payload (nullptr only with capacity 0).
+  // Counts `amount` (at least 1) more for `key`; its slot's payload (nullptr only with
+  // capacity 0).
   Payload* Add(KeyArg key, uint64_t amount = 1);
   void Erase(KeyArg key);
   // Lower bound of `key`'s count (0 when not tracked).
   uint64_t Guaranteed(KeyArg key) const;
   // Keys with a positive lower bound, highest first (ties: the smaller key first).
   std::vector<std::pair<Key, uint64_t>> Top(size_t n) const;
-  // Every tracked key: f(key, count, error, payload), in no order.
+  // Every tracked key: f(key, count, error, payload), smallest count first.
   template <typename F>
   void ForEach(F f) const {
-    for (uint32_t i : heap_) {
-      f(KeyArg(slots_[i].key), slots_[i].count, slots_[i].error, slots_[i].payload);
+    for (uint32_t b = min_bucket_; b != kNone; b = buckets_[b].next) {
+      for (uint32_t i = buckets_[b].head; i != kNone; i = slots_[i].next) {
+        f(KeyArg(slots_[i].key), slots_[i].count, slots_[i].error, slots_[i].payload);
+      }
     }
   }
   // Forgets every key, as a new sketch of the same capacity, keeping its buffers.
   void Clear();
   // Halves every count: older traffic weighs less ("recent" counts).
   void Decay();
-  size_t size() const { return heap_.size(); }
+  size_t size() const { return used_; }
   size_t capacity() const { return slots_.size(); }
 
  private:
-  static constexpr uint32_t kNotInHeap = UINT32_MAX;
-  static constexpr uint32_t kNoSlot = UINT32_MAX;
+  static constexpr uint32_t kNone = UINT32_MAX;
   struct Slot {
     Key key{};  // the index's string keys view these (slots_ never reallocates)
     uint64_t count = 0, error = 0;
-    uint32_t heap_pos = kNotInHeap;
+    uint64_t seq = 0;  // when it reached its count: orders a bucket (and rebuilds it in Decay)
+    uint32_t bucket = kNone;  // kNone: free
+    uint32_t prev = kNone, next = kNone;  // within its bucket
     Payload payload{};
   };
-  // A min-heap of the used slots by (count, slot number): its top is the slot a newcomer
-  // replaces. Updates move one slot up or down the heap; nothing is allocated per update.
-  bool Before(uint32_t a, uint32_t b) const {
-    return slots_[a].count != slots_[b].count ? slots_[a].count < slots_[b].count : a < b;
-  }
-  void Place(size_t pos, uint32_t slot) {
-    heap_[pos] = slot;
-    slots_[slot].heap_pos = static_cast<uint32_t>(pos);
-  }
-  // The slot holding `key`, or kNoSlot.
+  struct Bucket {
+    uint64_t count = 0;
+    uint32_t head = kNone, tail = kNone;  // its slots, oldest first
+    uint32_t prev = kNone, next = kNone;  // buckets by count, smallest first
+  };
+
+  // The slot holding `key`, or kNone.
   uint32_t Find(KeyArg key) const {
-    if (scan_) {
-      for (uint32_t i : heap_) {
-        if (slots_[i].key == key) return i;
+    if (scan_) {  // the used slots only: a client's peers are mostly one or two
+      for (uint32_t b = min_bucket_; b != kNone; b = buckets_[b].next) {
+        for (uint32_t i = buckets_[b].head; i != kNone; i = slots_[i].next) {
+          if (slots_[i].key == key) return i;
+        }
       }
-      return kNoSlot;
+      return kNone;
     }
     auto it = index_.find(key);
-    return it == index_.end() ? kNoSlot : it->second;
+    return it == index_.end() ? kNone : it->second;
   }
   void Index(uint32_t i) {
     if (!scan_) index_.emplace(KeyArg(slots_[i].key), i);
@@ -97,9 +110,17 @@ class SpaceSaving {
   void Unindex(uint32_t i) {
     if (!scan_) index_.erase(KeyArg(slots_[i].key));
   }
-  void SiftUp(size_t pos);
-  void SiftDown(size_t pos);
-  void RemoveFromHeap(uint32_t slot);
+  // Takes slot `i` out of its bucket, freeing the bucket when it empties. Returns the bucket
+  // after which a larger count belongs: its own if it stays, else the one before it (kNone:
+  // search from the smallest).
+  uint32_t Unlink(uint32_t i);
+  // Puts slot `i` (count set) at the tail of the bucket of its count, searching upwards from
+  // the bucket after `after` (kNone: from the smallest), making the bucket when missing.
+  void Link(uint32_t i, uint32_t after);
+  // Moves slot `i` (in a bucket) to `count` (larger than its own).
+  void Raise(uint32_t i, uint64_t count);
+  // Slot `i` now holds `key` (indexed).
+  void SetKey(uint32_t i, KeyArg key);
   // Keeps a string key's buffer for the slot's next key.
   static void ClearKey(Key& key) {
     if constexpr (std::is_same_v<Key, std::string>) {
@@ -111,123 +132,160 @@ class SpaceSaving {
   void Free(uint32_t i) {
     Slot& slot = slots_[i];
     ClearKey(slot.key);
-    slot.count = slot.error = 0;
-    slot.heap_pos = kNotInHeap;
+    slot.count = slot.error = slot.seq = 0;
+    slot.bucket = slot.prev = slot.next = kNone;
     slot.payload = Payload{};
-    free_.push_back(i);
+    free_slots_.push_back(i);
+    --used_;
   }
 
   std::vector<Slot> slots_;
-  std::vector<uint32_t> free_;
-  std::vector<uint32_t> heap_;  // every used slot
+  std::vector<Bucket> buckets_;  // at most one per used slot
+  std::vector<uint32_t> free_slots_, free_buckets_;
+  uint32_t min_bucket_ = kNone;
+  size_t used_ = 0;
+  uint64_t next_seq_ = 0;
   bool scan_;
   absl::flat_hash_map<KeyArg, uint32_t> index_;  // empty when scan_
 };
 
 template <typename Payload, typename Key>
-void SpaceSaving<Payload, Key>::SiftUp(size_t pos) {
-  const uint32_t slot = heap_[pos];
-  while (pos > 0) {
-    const size_t parent = (pos - 1) / 2;
-    if (!Before(slot, heap_[parent])) break;
-    Place(pos, heap_[parent]);
-    pos = parent;
-  }
-  Place(pos, slot);
+uint32_t SpaceSaving<Payload, Key>::Unlink(uint32_t i) {
+  Slot& slot = slots_[i];
+  const uint32_t b = slot.bucket;
+  Bucket& bucket = buckets_[b];
+  (slot.prev == kNone ? bucket.head : slots_[slot.prev].next) = slot.next;
+  (slot.next == kNone ? bucket.tail : slots_[slot.next].prev) = slot.prev;
+  slot.bucket = slot.prev = slot.next = kNone;
+  if (bucket.head != kNone) return b;
+  const uint32_t before = bucket.prev;
+  (bucket.prev == kNone ? min_bucket_ : buckets_[bucket.prev].next) = bucket.next;
+  if (bucket.next != kNone) buckets_[bucket.next].prev = bucket.prev;
+  bucket = Bucket{};
+  free_buckets_.push_back(b);
+  return before;
 }
 
 template <typename Payload, typename Key>
-void SpaceSaving<Payload, Key>::SiftDown(size_t pos) {
-  const uint32_t slot = heap_[pos];
-  for (;;) {
-    size_t child = 2 * pos + 1;
-    if (child >= heap_.size()) break;
-    if (child + 1 < heap_.size() && Before(heap_[child + 1], heap_[child])) ++child;
-    if (!Before(heap_[child], slot)) break;
-    Place(pos, heap_[child]);
-    pos = child;
+void SpaceSaving<Payload, Key>::Link(uint32_t i, uint32_t after) {
+  Slot& slot = slots_[i];
+  uint32_t b = after == kNone ? min_bucket_ : buckets_[after].next;
+  while (b != kNone && buckets_[b].count < slot.count) {
+    after = b;
+    b = buckets_[b].next;
   }
-  Place(pos, slot);
-}
-
-template <typename Payload, typename Key>
-void SpaceSaving<Payload, Key>::RemoveFromHeap(uint32_t slot) {
-  const size_t pos = slots_[slot].heap_pos;
-  const uint32_t last = heap_.back();
-  heap_.pop_back();
-  slots_[slot].heap_pos = kNotInHeap;
-  if (last == slot) return;
-  Place(pos, last);
-  SiftUp(pos);
-  SiftDown(slots_[last].heap_pos);
+  if (b == kNone || buckets_[b].count != slot.count) {  // a new bucket between after and b
+    const uint32_t fresh = free_buckets_.back();
+    free_buckets_.pop_back();
+    buckets_[fresh] = Bucket{.count = slot.count, .prev = after, .next = b};
+    (after == kNone ? min_bucket_ : buckets_[after].next) = fresh;
+    if (b != kNone) buckets_[b].prev = fresh;
+    b = fresh;
+  }
+  Bucket& bucket = buckets_[b];
+  slot.bucket = b;
+  slot.prev = bucket.tail;
+  slot.next = kNone;
+  (bucket.tail == kNone ? bucket.head : slots_[bucket.tail].next) = i;
+  bucket.tail = i;
+  slot.seq = next_seq_++;
 }
 
 template <typename Payload, typename Key>
 Payload* SpaceSaving<Payload, Key>::Add(KeyArg key, uint64_t amount) {
-  if (const uint32_t found = Find(key); found != kNoSlot) {
-    Slot& slot = slots_[found];
-    slot.count += amount;
-    SiftDown(slot.heap_pos);  // a larger count sinks
-    return &slot.payload;
+  if (const uint32_t found = Find(key); found != kNone) {
+    Raise(found, slots_[found].count + amount);
+    return &slots_[found].payload;
   }
-  uint32_t i;
-  uint64_t error = 0;
-  if (!free_.empty()) {
-    i = free_.back();
-    free_.pop_back();
-    heap_.push_back(i);
-    slots_[i].heap_pos = static_cast<uint32_t>(heap_.size() - 1);
-  } else if (!heap_.empty()) {
-    // Full: the newcomer inherits the smallest count as its possible over-estimate.
-    i = heap_.front();
-    Unindex(i);
-    error = slots_[i].count;
-    slots_[i].payload = Payload{};
-  } else {
-    return nullptr;  // capacity 0
+  if (!free_slots_.empty()) {
+    const uint32_t i = free_slots_.back();
+    free_slots_.pop_back();
+    ++used_;
+    SetKey(i, key);
+    slots_[i].count = amount;
+    Link(i, kNone);
+    return &slots_[i].payload;
   }
+  if (min_bucket_ == kNone) return nullptr;  // capacity 0
+  // Full: the newcomer takes the oldest slot of the smallest count, inheriting that count as
+  // its possible over-estimate.
+  const uint32_t i = buckets_[min_bucket_].head;
   Slot& slot = slots_[i];
-  if constexpr (std::is_same_v<Key, std::string>) {
-    slot.key.assign(key);  // reuses the slot's buffer
-  } else {
-    slot.key = key;
-  }
-  slot.count = error + amount;
-  slot.error = error;
-  Index(i);
-  SiftUp(slot.heap_pos);
-  SiftDown(slot.heap_pos);
+  Unindex(i);
+  SetKey(i, key);
+  slot.payload = Payload{};
+  slot.error = slot.count;
+  Raise(i, slot.count + amount);
   return &slot.payload;
 }
 
 template <typename Payload, typename Key>
+void SpaceSaving<Payload, Key>::Raise(uint32_t i, uint64_t count) {
+  Slot& slot = slots_[i];
+  Bucket& bucket = buckets_[slot.bucket];
+  // Alone in its bucket, and no bucket up to the new count: the bucket itself moves up.
+  if (bucket.head == i && bucket.tail == i &&
+      (bucket.next == kNone || buckets_[bucket.next].count > count)) {
+    slot.count = bucket.count = count;
+    slot.seq = next_seq_++;
+    return;
+  }
+  const uint32_t after = Unlink(i);
+  slot.count = count;
+  Link(i, after);
+}
+
+template <typename Payload, typename Key>
+void SpaceSaving<Payload, Key>::SetKey(uint32_t i, KeyArg key) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    slots_[i].key.assign(key);  // reuses the slot's buffer
+  } else {
+    slots_[i].key = key;
+  }
+  Index(i);
+}
+
+template <typename Payload, typename Key>
 void SpaceSaving<Payload, Key>::Clear() {
-  for (uint32_t i : heap_) {
-    Slot& slot = slots_[i];
-    ClearKey(slot.key);
-    slot.count = slot.error = 0;
-    slot.heap_pos = kNotInHeap;
-    slot.payload = Payload{};
+  // Only what is used is reset (a client's peers are cleared each time its entry is reused).
+  for (uint32_t b = min_bucket_; b != kNone;) {
+    for (uint32_t i = buckets_[b].head; i != kNone;) {
+      Slot& slot = slots_[i];
+      i = slot.next;
+      ClearKey(slot.key);
+      slot.count = slot.error = slot.seq = 0;
+      slot.bucket = slot.prev = slot.next = kNone;
+      slot.payload = Payload{};
+    }
+    const uint32_t next = buckets_[b].next;
+    buckets_[b] = Bucket{};
+    b = next;
   }
   index_.clear();
-  heap_.clear();
-  free_.clear();
-  for (size_t i = slots_.size(); i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));
+  free_slots_.clear();
+  free_buckets_.clear();
+  for (size_t i = slots_.size(); i > 0; --i) {
+    free_slots_.push_back(static_cast<uint32_t>(i - 1));
+    free_buckets_.push_back(static_cast<uint32_t>(i - 1));
+  }
+  min_bucket_ = kNone;
+  used_ = 0;
+  next_seq_ = 0;
 }
 
 template <typename Payload, typename Key>
 void SpaceSaving<Payload, Key>::Erase(KeyArg key) {
   const uint32_t i = Find(key);
-  if (i == kNoSlot) return;
+  if (i == kNone) return;
   Unindex(i);
-  RemoveFromHeap(i);
+  Unlink(i);
   Free(i);
 }
 
 template <typename Payload, typename Key>
 uint64_t SpaceSaving<Payload, Key>::Guaranteed(KeyArg key) const {
   const uint32_t i = Find(key);
-  if (i == kNoSlot) return 0;
+  if (i == kNone) return 0;
   const Slot& slot = slots_[i];
   return slot.count - slot.error;
 }
@@ -235,9 +293,9 @@ uint64_t SpaceSaving<Payload, Key>::Guaranteed(KeyArg key) const {
 template <typename Payload, typename Key>
 std::vector<std::pair<Key, uint64_t>> SpaceSaving<Payload, Key>::Top(size_t n) const {
   std::vector<std::pair<Key, uint64_t>> top;
-  for (uint32_t i : heap_) {
-    if (uint64_t g = slots_[i].count - slots_[i].error; g > 0) top.emplace_back(slots_[i].key, g);
-  }
+  ForEach([&](KeyArg key, uint64_t count, uint64_t error, const Payload&) {
+    if (count > error) top.emplace_back(Key(key), count - error);
+  });
   auto heavier = [](const auto& a, const auto& b) {
     return a.second != b.second ? a.second > b.second : a.first < b.first;
   };
@@ -252,22 +310,42 @@ std::vector<std::pair<Key, uint64_t>> SpaceSaving<Payload, Key>::Top(size_t n) c
 
 template <typename Payload, typename Key>
 void SpaceSaving<Payload, Key>::Decay() {
-  heap_.clear();
+  // Halving merges buckets: the kept slots are relinked by (new count, the order they reached
+  // their old count), as a fresh sketch fed in that order would hold them. Once a minute.
+  std::vector<uint32_t> kept;
+  kept.reserve(used_);
   for (uint32_t i = 0; i < slots_.size(); ++i) {
     Slot& slot = slots_[i];
-    if (slot.heap_pos == kNotInHeap) continue;  // free
+    if (slot.bucket == kNone) continue;  // free
     slot.count /= 2;
     slot.error /= 2;
     if (slot.count == 0) {
       Unindex(i);
       Free(i);
     } else {
-      heap_.push_back(i);
+      kept.push_back(i);
     }
   }
-  // Halving keeps no heap order (counts tie): rebuilt bottom-up.
-  for (size_t pos = 0; pos < heap_.size(); ++pos) slots_[heap_[pos]].heap_pos = static_cast<uint32_t>(pos);
-  for (size_t pos = heap_.size() / 2; pos-- > 0;) SiftDown(pos);
+  std::sort(kept.begin(), kept.end(), [this](uint32_t a, uint32_t b) {
+    return slots_[a].count != slots_[b].count ? slots_[a].count < slots_[b].count
+                                              : slots_[a].seq < slots_[b].seq;
+  });
+  for (Bucket& bucket : buckets_) bucket = Bucket{};
+  free_buckets_.clear();
+  for (size_t i = buckets_.size(); i > 0; --i) free_buckets_.push_back(static_cast<uint32_t>(i - 1));
+  min_bucket_ = kNone;
+  uint32_t last = kNone;  // the largest bucket so far: each kept slot goes there or after it
+  for (uint32_t i : kept) {
+    const uint64_t seq = slots_[i].seq;
+    slots_[i].bucket = slots_[i].prev = slots_[i].next = kNone;
+    // Same count as the last bucket: join it (searching from the one before it); larger: a
+    // new bucket after it.
+    uint32_t after = kNone;
+    if (last != kNone) after = buckets_[last].count == slots_[i].count ? buckets_[last].prev : last;
+    Link(i, after);
+    last = slots_[i].bucket;
+    slots_[i].seq = seq;  // the order it had, not a new arrival
+  }
 }
 
 }  // namespace stormwatch

@@ -151,8 +151,9 @@ TEST(BoundedLru, MatchesAReferenceLruOnRandomOperations) {
   EXPECT_EQ(lru.size(), ref.size());
 }
 
-// The sketch's heap against the ordered set it replaced: the slot with the smallest
-// (count, slot) is replaced, so both keep exactly the same keys and counts.
+// The sketch's Stream-Summary against an ordered set of (count, when the key reached that
+// count): the slot with the smallest such pair is replaced, so both keep exactly the same keys
+// and counts.
 class ReferenceSpaceSaving {
  public:
   explicit ReferenceSpaceSaving(size_t capacity) : slots_(capacity) {
@@ -160,9 +161,12 @@ class ReferenceSpaceSaving {
   }
   void Add(const std::string& key, uint64_t amount) {
     if (auto it = index_.find(key); it != index_.end()) {
-      by_count_.erase({slots_[it->second].count, it->second});
-      slots_[it->second].count += amount;
-      by_count_.insert({slots_[it->second].count, it->second});
+      Slot& s = slots_[it->second];
+      by_count_.erase({s.count, s.seq});
+      s.count += amount;
+      s.seq = next_seq_++;
+      slot_of_seq_[s.seq] = it->second;
+      by_count_.insert({s.count, s.seq});
       return;
     }
     size_t i;
@@ -171,19 +175,20 @@ class ReferenceSpaceSaving {
       i = free_.back();
       free_.pop_back();
     } else {
-      i = by_count_.begin()->second;
+      i = slot_of_seq_.at(by_count_.begin()->second);
       by_count_.erase(by_count_.begin());
       index_.erase(slots_[i].key);
       error = slots_[i].count;
     }
-    slots_[i] = {key, error + amount, error};
+    slots_[i] = {key, error + amount, error, next_seq_++};
+    slot_of_seq_[slots_[i].seq] = i;
     index_[key] = i;
-    by_count_.insert({slots_[i].count, i});
+    by_count_.insert({slots_[i].count, slots_[i].seq});
   }
   void Erase(const std::string& key) {
     auto it = index_.find(key);
     if (it == index_.end()) return;
-    by_count_.erase({slots_[it->second].count, it->second});
+    by_count_.erase({slots_[it->second].count, slots_[it->second].seq});
     free_.push_back(it->second);
     index_.erase(it);
   }
@@ -197,7 +202,7 @@ class ReferenceSpaceSaving {
         free_.push_back(it->second);
         it = index_.erase(it);
       } else {
-        by_count_.insert({s.count, it->second});
+        by_count_.insert({s.count, s.seq});  // the order it reached its count is kept
         ++it;
       }
     }
@@ -212,18 +217,21 @@ class ReferenceSpaceSaving {
   struct Slot {
     std::string key;
     uint64_t count = 0, error = 0;
+    uint64_t seq = 0;
   };
   std::vector<Slot> slots_;
   std::vector<size_t> free_;
   std::map<std::string, size_t> index_;
-  std::set<std::pair<uint64_t, size_t>> by_count_;
+  std::set<std::pair<uint64_t, uint64_t>> by_count_;  // (count, seq)
+  std::map<uint64_t, size_t> slot_of_seq_;
+  uint64_t next_seq_ = 0;
 };
 
 // 64 slots find keys through the index, 8 by scanning (kScanCapacity): both as the reference,
 // with string keys and with integer keys (ClientCap's: a client label's 64-bit key).
 class SpaceSavingModelTest : public ::testing::TestWithParam<size_t> {};
 
-TEST_P(SpaceSavingModelTest, HeapKeepsWhatTheOrderedSetKept) {
+TEST_P(SpaceSavingModelTest, SketchKeepsWhatTheOrderedSetKept) {
   SpaceSaving sketch(GetParam());
   SpaceSaving<std::monostate, uint64_t> numbered(GetParam());
   ReferenceSpaceSaving ref(GetParam());
