@@ -1,6 +1,8 @@
 // A request's method and target (agent/kube/request_info, query_shape): the kube verb, resource
 // and names, query parameters, field and label selectors, the LIST's consistency and pagination.
 // Input: method "\n--\n" path and query.
+#include <cstdlib>
+
 #include "agent/kube/query_shape.h"
 #include "agent/kube/request_info.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -14,6 +16,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RequestInfo info = ParseRequestInfo(method, target);
   QueryShape shape = ParseQueryShape(info, target);
   (void)ConsistencyName(shape.consistency);
+  // The pipeline's way: one RequestInfo and one query reused from input to input, the shape
+  // taken from the query parsed with the RequestInfo. Both must equal a fresh parse.
+  static RequestInfo reused;
+  static QueryParams reused_query;
+  ParseRequestInfoInto(method, target, reused, /*parts=*/nullptr, &reused_query);
+  if (!(reused == info) || !(QueryShapeOf(reused, reused_query) == shape)) abort();
   RequestRecord r;
   r.method = std::string(method);
   r.path = std::string(target);
