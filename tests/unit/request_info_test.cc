@@ -26,6 +26,14 @@ void PrintTo(const RequestInfo& i, std::ostream* os) {
       << "\"}";
 }
 
+void PrintTo(const QueryShape& s, std::ostream* os) {
+  *os << "{consistency=" << ConsistencyName(s.consistency) << " paginated=" << s.paginated
+      << " continued=" << s.continued << " limit=" << s.limit << " label_selector="
+      << s.label_selector << " field_selector=" << s.field_selector
+      << " send_initial_events=" << s.send_initial_events << " timeout=" << s.timeout_seconds
+      << "}";
+}
+
 namespace {
 
 using Parts = std::vector<std::string>;
@@ -751,14 +759,6 @@ TEST(RequestInfoInto, ReusedInfoEqualsAFreshParse) {
   EXPECT_EQ(ParseRequestInfo("GET", requests[0].second).label_selector, "app=web");
   EXPECT_EQ(ParseRequestInfo("PUT", requests[3].second).subresource, "status");
   EXPECT_TRUE(ParseRequestInfo("GET", requests[2].second).verb_via_path_prefix);
-}
-
-void PrintTo(const QueryShape& s, std::ostream* os) {
-  *os << "{consistency=" << ConsistencyName(s.consistency) << " paginated=" << s.paginated
-      << " continued=" << s.continued << " limit=" << s.limit << " label_selector="
-      << s.label_selector << " field_selector=" << s.field_selector
-      << " send_initial_events=" << s.send_initial_events << " timeout=" << s.timeout_seconds
-      << "}";
 }
 
 // The pipeline parses a read's query once, with its RequestInfo, and takes its shape from that

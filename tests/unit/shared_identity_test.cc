@@ -8,6 +8,7 @@
 
 #include "agent/analysis/storm.h"
 #include "agent/metered_pipeline.h"
+#include "agent/kube/record_keys.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "exporters/prometheus_exporter.h"
 #include "record_identity.h"
@@ -51,6 +52,33 @@ TEST(SharedIdentity, OneObjectPerClientUntilItChanges) {
   EXPECT_EQ(seen[3]->user_agent, "op/v2");
   EXPECT_EQ(seen[3], seen[4]);
   EXPECT_EQ(seen[0]->user_agent, "op/v1");  // what a detector kept is never changed under it
+}
+
+// The client label is the user: replicas of one service account (different pods, so different
+// RecordKeys::client) are one client of the metrics, found by the user's key, and its series
+// end together once it is idle.
+TEST(SharedIdentity, ReplicasOfOneUserShareTheirClientSeries) {
+  PrometheusExporter exporter(ClientSeriesLimits{.max_clients = 1, .idle_s = 600});
+  MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
+  Identity id;
+  id.kind = Identity::Kind::kServiceAccount;
+  id.user = "system:serviceaccount:a:op";
+  for (const char* pod : {"op-1", "op-2", "op-1"}) {
+    RequestRecord r = Get("", "", "");
+    id.pod_name = pod;
+    r.identity = ShareIdentity(id);  // keys set, as the identity cache makes them
+    pipeline.ReplayRequest(std::move(r));
+  }
+  const std::string series =
+      R"(stormwatch_requests_total{client="system:serviceaccount:a:op",code="200",group="",)"
+      R"(resource="configmaps",scope="resource",subresource="",verb="GET",version="v1"} 3)";
+  std::string m = exporter.Scrape();
+  EXPECT_NE(m.find(series + "\n"), std::string::npos) << m;
+  EXPECT_EQ(m.find(R"(stormwatch_requests_total{client="other")"), std::string::npos) << m;
+  exporter.Compact(60'000'000'000);
+  exporter.Compact(700'000'000'000);  // idle for 640 s
+  m = exporter.Scrape();
+  EXPECT_EQ(m.find(R"(client="system:serviceaccount:a:op")"), std::string::npos) << m;
 }
 
 TEST(SharedIdentity, KeepLatestIdentityCopiesOnlyOnChange) {
