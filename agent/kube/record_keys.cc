@@ -1,6 +1,10 @@
 #include "agent/kube/record_keys.h"
 
+#include <absl/hash/hash.h>
+#include <absl/strings/string_view.h>
+
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "agent/kube/identity.h"
@@ -27,6 +31,33 @@ uint64_t HashFields(std::initializer_list<std::string_view> fields) {
   return KeyedHash(std::string_view(out, size));
 }
 
+namespace {
+
+// HashFields({group, resource}), remembered: an API has a few hundred resources and every
+// request names one, so the pair is looked up by a cheap hash and compared in full (the key
+// is the keyed hash either way) instead of SipHashing it per request. Per thread, bounded:
+// 256 pairs, a newer pair taking an older one's place.
+uint64_t ResourceKey(std::string_view group, std::string_view resource) {
+  struct Entry {
+    std::string group, resource;  // buffers kept when another pair takes the place
+    uint64_t key = 0;
+    bool set = false;
+  };
+  thread_local std::array<Entry, 256> cache;
+  const size_t at = absl::HashOf(absl::string_view(group.data(), group.size()),
+                                 absl::string_view(resource.data(), resource.size())) %
+                    cache.size();
+  Entry& e = cache[at];
+  if (e.set && e.resource == resource && e.group == group) return e.key;
+  e.key = HashFields({group, resource});
+  e.group.assign(group);
+  e.resource.assign(resource);
+  e.set = true;
+  return e.key;
+}
+
+}  // namespace
+
 IdentityRef ShareIdentity(Identity id) {
   id.user_key = HashFields({id.user});
   id.client_key = CombineKeys(id.user_key, HashFields({id.pod_name}));
@@ -39,7 +70,7 @@ RecordKeys RecordKeysOf(const RequestRecord& r) {
   const Identity& id = *r.identity;
   k.user = id.keys_set ? id.user_key : HashFields({id.user});
   k.client = id.keys_set ? id.client_key : CombineKeys(k.user, HashFields({id.pod_name}));
-  k.resource = HashFields({r.info.api_group, r.info.resource});
+  k.resource = ResourceKey(r.info.api_group, r.info.resource);
   k.object = CombineKeys(k.resource, HashFields({r.info.namespace_, r.info.name}));
   k.set = true;
   return k;

@@ -329,6 +329,33 @@ TEST(RecordKeys, FieldsAreDelimitedAndKeysFollowTheRecord) {
   EXPECT_EQ(KeysOf(r).object, k.object);
 }
 
+// The resource key is remembered per (group, resource) in a bounded table: whatever pairs
+// share or take a place in it, a record's key is the keyed hash of its own pair.
+TEST(RecordKeys, RememberedResourceKeysAreTheHashOfTheirOwnPair) {
+  RequestRecord r;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 1000; ++i) {  // more pairs than places: every place is taken over
+      r.info.api_group = i % 3 == 0 ? "" : "group-" + std::to_string(i % 7) + ".example.com";
+      r.info.resource = "resource-" + std::to_string(i) + (round == 2 ? "-a-name-past-15-bytes" : "");
+      ASSERT_EQ(RecordKeysOf(r).resource, HashFields({r.info.api_group, r.info.resource}))
+          << round << " " << r.info.api_group << "/" << r.info.resource;
+    }
+  }
+  // One resource name in 300 groups (more than places: some share one), one after another.
+  r.info.resource = "deployments";
+  for (int i = 0; i < 600; ++i) {
+    r.info.api_group = "g" + std::to_string(i % 300);
+    ASSERT_EQ(RecordKeysOf(r).resource, HashFields({r.info.api_group, "deployments"})) << i;
+  }
+  // Fields that join alike are still told apart (the delimiter is hashed too).
+  r.info.api_group = "ab";
+  r.info.resource = "c";
+  const uint64_t ab_c = RecordKeysOf(r).resource;
+  r.info.api_group = "a";
+  r.info.resource = "bc";
+  EXPECT_NE(RecordKeysOf(r).resource, ab_c);
+}
+
 // A shared identity carries its user and client keys, computed once: records with it get the
 // keys a record hashing the same identity itself gets, so state never splits between the two.
 TEST(RecordKeys, SharedIdentityKeysEqualHashedOnes) {
