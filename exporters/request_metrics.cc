@@ -34,14 +34,7 @@ std::string_view GrpcMethodLabel(std::string_view path) {
   return path;
 }
 
-bool ResourceLabels::Admit(uint64_t key, bool served) {
-  if (auto it = seen_.find(key); it != seen_.end()) {
-    if (served && !it->second.served) {
-      it->second.served = true;
-      --unserved_;
-    }
-    return true;
-  }
+bool ResourceLabels::AdmitNew(uint64_t key, bool served) {
   if (seen_.size() >= kMaxResources || (!served && unserved_ >= kMaxUnservedResources)) {
     ++folded_;
     return false;
@@ -59,8 +52,10 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
   MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
   if (!m.resource.empty()) {
     const bool served = r.status != 401 && r.status != 403 && r.status != 404;
-    // m.group and m.resource are the RequestInfo's: their key is the record's resource key.
-    if (!CouldBeServedApi(m) || !resources_.Admit(KeysOf(r).resource, served)) {
+    // m.group and m.resource are the RequestInfo's: their key is the record's resource key,
+    // and whether they could name an API is asked once per pair.
+    if (!CouldBeServedVersion(m) ||
+        !resources_.Admit(KeysOf(r).resource, served, [&] { return CouldBeServedResource(m); })) {
       m.group = m.version = m.subresource = "";
       m.resource = "other";
     }

@@ -27,11 +27,25 @@ class ResourceLabels {
   static constexpr size_t kMaxUnservedResources = 64;
   // Whether the pair keeps its own label; `resource_key`: the pair's RecordKeys::resource (the
   // record's, hashed once per record); `served`: the request was answered otherwise than 401,
-  // 403 or 404.
-  bool Admit(uint64_t resource_key, bool served);
+  // 403 or 404; `named()`: whether the pair could name a served API (CouldBeServedResource),
+  // asked only of a pair not admitted before (a pair that could not is never admitted).
+  template <typename Named>
+  bool Admit(uint64_t resource_key, bool served, Named named) {
+    if (auto it = seen_.find(resource_key); it != seen_.end()) {
+      if (served && !it->second.served) {
+        it->second.served = true;
+        --unserved_;
+      }
+      return true;
+    }
+    if (!named()) return false;
+    return AdmitNew(resource_key, served);
+  }
   uint64_t folded() const { return folded_; }
 
  private:
+  bool AdmitNew(uint64_t resource_key, bool served);
+
   struct Seen {
     bool served = false;
   };

@@ -107,16 +107,23 @@ bool IsDnsSubdomain(std::string_view s) {
 
 }  // namespace
 
-bool CouldBeServedApi(const MetricLabels& labels) {
+bool CouldBeServedResource(const MetricLabels& labels) {
   if (labels.resource.empty()) return true;  // not a resource request: no API labels
-  if (!IsDnsLabel(labels.resource)) return false;
+  return IsDnsLabel(labels.resource) && (labels.group.empty() || IsDnsSubdomain(labels.group));
+}
+
+bool CouldBeServedVersion(const MetricLabels& labels) {
+  if (labels.resource.empty()) return true;
   if (!labels.subresource.empty() && !IsDnsLabel(labels.subresource)) return false;
-  if (!labels.group.empty() && !IsDnsSubdomain(labels.group)) return false;
   if (labels.version.empty() || labels.version.size() > 63) return false;
   for (char c : labels.version) {
     if (!IsLowerAlnum(c)) return false;
   }
   return true;
+}
+
+bool CouldBeServedApi(const MetricLabels& labels) {
+  return CouldBeServedResource(labels) && CouldBeServedVersion(labels);
 }
 
 }  // namespace stormwatch

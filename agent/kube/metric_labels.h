@@ -59,5 +59,9 @@ std::string_view MetricScope(const RequestInfo& info, std::string_view method);
 // from a path no route serves, may not even be UTF-8 (which Prometheus refuses in a label value,
 // failing the whole scrape), and is reported as resource "other".
 bool CouldBeServedApi(const MetricLabels& labels);
+// Its two halves: the group and resource (the same for every request of the pair: asked once
+// per pair where pairs are remembered) and the version and subresource.
+bool CouldBeServedResource(const MetricLabels& labels);
+bool CouldBeServedVersion(const MetricLabels& labels);
 
 }  // namespace stormwatch

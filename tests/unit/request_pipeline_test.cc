@@ -368,6 +368,9 @@ TEST_F(PipelineTest, ResourceLabelsAreBoundedAndValid) {
   Request(token, "GET", "/api/v1/namespaces/x/configmaps/missing", ts++, 404, "curl/8");
   Request(token, "GET", "/api/v1/namespaces/x/configmaps", ts++, 200, "curl/8");
   Request(token, "GET", "/api/v1/namespaces/x/configmaps/missing", ts++, 404, "curl/8");
+  // Served or not, a pair that could not name an API never gets a label (whatever answered).
+  Request(token, "GET", "/apis/Bad_Group/v1/namespaces/x/things/o", ts++, 200, "curl/8");
+  Request(token, "GET", "/api/v1/namespaces/x/Pods/o", ts++, 200, "curl/8");
   const std::string m = Metrics(exporter_);
   const std::string client = R"(client="system:serviceaccount:default:prober")";
   auto count_of = [&](const std::string& labels) {
@@ -392,6 +395,7 @@ TEST_F(PipelineTest, ResourceLabelsAreBoundedAndValid) {
   EXPECT_EQ(m.find("\xff"), std::string::npos);
   EXPECT_EQ(m.find("Pods"), std::string::npos);
   EXPECT_EQ(m.find("Bad_Group"), std::string::npos);
+  EXPECT_EQ(count_of(R"(code="200",group="",resource="other",scope="resource",subresource="",verb="GET",version="")"), 2);
 }
 
 }  // namespace
