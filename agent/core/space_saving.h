@@ -11,8 +11,9 @@
 // next bucket up: O(1) for the usual +1, where a heap sifted the slot through every slot of
 // its count (a dozen levels with thousands of folded clients). Among equal smallest counts the
 // slot replaced is the one that has held that count longest.
-// Small sketches (ClientPeers' 8 IPs per client, one per live client) find keys by scanning
-// their slots: cheaper than hashing the key, and no index to keep.
+// Small sketches (ClientPeers' 8 IPs per client, one per live client) keep no buckets, index
+// or free list: they scan their few slots for a key and for the slot to replace (the smallest
+// count, held longest), which costs less than hashing the key and keeps each sketch small.
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
@@ -36,14 +37,10 @@ class SpaceSaving {
   // How a key is passed and indexed: strings as views of the slots' own copies.
   using KeyArg = std::conditional_t<std::is_same_v<Key, std::string>, std::string_view, Key>;
 
-  explicit SpaceSaving(size_t capacity)
-      : slots_(capacity), buckets_(capacity), scan_(capacity <= kScanCapacity) {
-    free_slots_.reserve(capacity);
-    free_buckets_.reserve(capacity);
-    for (size_t i = capacity; i > 0; --i) {
-      free_slots_.push_back(static_cast<uint32_t>(i - 1));
-      free_buckets_.push_back(static_cast<uint32_t>(i - 1));
-    }
+  explicit SpaceSaving(size_t capacity) : slots_(capacity), scan_(capacity <= kScanCapacity) {
+    if (scan_) return;
+    buckets_.resize(capacity);
+    FreeAll();
   }
   // Moves keep every slot where it is (the index views the slots' keys); copies would not.
   SpaceSaving(SpaceSaving&&) noexcept = default;
@@ -59,9 +56,15 @@ class SpaceSaving {
   uint64_t Guaranteed(KeyArg key) const;
   // Keys with a positive lower bound, highest first (ties: the smaller key first).
   std::vector<std::pair<Key, uint64_t>> Top(size_t n) const;
-  // Every tracked key: f(key, count, error, payload), smallest count first.
+  // Every tracked key: f(key, count, error, payload), in no order.
   template <typename F>
   void ForEach(F f) const {
+    if (scan_) {
+      for (const Slot& slot : slots_) {
+        if (slot.bucket != kNone) f(KeyArg(slot.key), slot.count, slot.error, slot.payload);
+      }
+      return;
+    }
     for (uint32_t b = min_bucket_; b != kNone; b = buckets_[b].next) {
       for (uint32_t i = buckets_[b].head; i != kNone; i = slots_[i].next) {
         f(KeyArg(slots_[i].key), slots_[i].count, slots_[i].error, slots_[i].payload);
@@ -81,7 +84,7 @@ class SpaceSaving {
     Key key{};  // the index's string keys view these (slots_ never reallocates)
     uint64_t count = 0, error = 0;
     uint64_t seq = 0;  // when it reached its count: orders a bucket (and rebuilds it in Decay)
-    uint32_t bucket = kNone;  // kNone: free
+    uint32_t bucket = kNone;  // kNone: free; kScanned: used in a small sketch (no buckets)
     uint32_t prev = kNone, next = kNone;  // within its bucket
     Payload payload{};
   };
@@ -91,13 +94,13 @@ class SpaceSaving {
     uint32_t prev = kNone, next = kNone;  // buckets by count, smallest first
   };
 
+  static constexpr uint32_t kScanned = kNone - 1;
+
   // The slot holding `key`, or kNone.
   uint32_t Find(KeyArg key) const {
-    if (scan_) {  // the used slots only: a client's peers are mostly one or two
-      for (uint32_t b = min_bucket_; b != kNone; b = buckets_[b].next) {
-        for (uint32_t i = buckets_[b].head; i != kNone; i = slots_[i].next) {
-          if (slots_[i].key == key) return i;
-        }
+    if (scan_) {
+      for (uint32_t i = 0; i < slots_.size(); ++i) {
+        if (slots_[i].bucket != kNone && slots_[i].key == key) return i;
       }
       return kNone;
     }
@@ -119,6 +122,28 @@ class SpaceSaving {
   void Link(uint32_t i, uint32_t after);
   // Moves slot `i` (in a bucket) to `count` (larger than its own).
   void Raise(uint32_t i, uint64_t count);
+  // A small sketch's slot for a key not tracked: a free one, else the smallest (count, seq).
+  uint32_t ScanVictim() const {
+    uint32_t victim = kNone;
+    for (uint32_t i = 0; i < slots_.size(); ++i) {
+      const Slot& slot = slots_[i];
+      if (slot.bucket == kNone) return i;
+      if (victim == kNone || slot.count < slots_[victim].count ||
+          (slot.count == slots_[victim].count && slot.seq < slots_[victim].seq)) {
+        victim = i;
+      }
+    }
+    return victim;
+  }
+  // Every slot and bucket free (buckets_ sized).
+  void FreeAll() {
+    free_slots_.clear();
+    free_buckets_.clear();
+    for (size_t i = slots_.size(); i > 0; --i) {
+      free_slots_.push_back(static_cast<uint32_t>(i - 1));
+      free_buckets_.push_back(static_cast<uint32_t>(i - 1));
+    }
+  }
   // Slot `i` now holds `key` (indexed).
   void SetKey(uint32_t i, KeyArg key);
   // Keeps a string key's buffer for the slot's next key.
@@ -135,12 +160,13 @@ class SpaceSaving {
     slot.count = slot.error = slot.seq = 0;
     slot.bucket = slot.prev = slot.next = kNone;
     slot.payload = Payload{};
-    free_slots_.push_back(i);
+    if (!scan_) free_slots_.push_back(i);
     --used_;
   }
 
   std::vector<Slot> slots_;
-  std::vector<Bucket> buckets_;  // at most one per used slot
+  // The large sketches' (none in a small one): at most one bucket per used slot.
+  std::vector<Bucket> buckets_;
   std::vector<uint32_t> free_slots_, free_buckets_;
   uint32_t min_bucket_ = kNone;
   size_t used_ = 0;
@@ -193,6 +219,25 @@ void SpaceSaving<Payload, Key>::Link(uint32_t i, uint32_t after) {
 
 template <typename Payload, typename Key>
 Payload* SpaceSaving<Payload, Key>::Add(KeyArg key, uint64_t amount) {
+  if (scan_) {
+    uint32_t i = Find(key);
+    if (i == kNone) {
+      i = ScanVictim();
+      if (i == kNone) return nullptr;  // capacity 0
+      Slot& slot = slots_[i];
+      if (slot.bucket == kNone) {
+        ++used_;
+        slot.bucket = kScanned;
+      } else {  // the newcomer inherits the smallest count as its possible over-estimate
+        slot.error = slot.count;
+        slot.payload = Payload{};
+      }
+      SetKey(i, key);
+    }
+    slots_[i].count += amount;
+    slots_[i].seq = next_seq_++;
+    return &slots_[i].payload;
+  }
   if (const uint32_t found = Find(key); found != kNone) {
     Raise(found, slots_[found].count + amount);
     return &slots_[found].payload;
@@ -248,6 +293,18 @@ void SpaceSaving<Payload, Key>::SetKey(uint32_t i, KeyArg key) {
 template <typename Payload, typename Key>
 void SpaceSaving<Payload, Key>::Clear() {
   // Only what is used is reset (a client's peers are cleared each time its entry is reused).
+  if (scan_) {
+    for (Slot& slot : slots_) {
+      if (slot.bucket == kNone) continue;
+      ClearKey(slot.key);
+      slot.count = slot.error = slot.seq = 0;
+      slot.bucket = kNone;
+      slot.payload = Payload{};
+    }
+    used_ = 0;
+    next_seq_ = 0;
+    return;
+  }
   for (uint32_t b = min_bucket_; b != kNone;) {
     for (uint32_t i = buckets_[b].head; i != kNone;) {
       Slot& slot = slots_[i];
@@ -262,12 +319,7 @@ void SpaceSaving<Payload, Key>::Clear() {
     b = next;
   }
   index_.clear();
-  free_slots_.clear();
-  free_buckets_.clear();
-  for (size_t i = slots_.size(); i > 0; --i) {
-    free_slots_.push_back(static_cast<uint32_t>(i - 1));
-    free_buckets_.push_back(static_cast<uint32_t>(i - 1));
-  }
+  FreeAll();
   min_bucket_ = kNone;
   used_ = 0;
   next_seq_ = 0;
@@ -278,7 +330,7 @@ void SpaceSaving<Payload, Key>::Erase(KeyArg key) {
   const uint32_t i = Find(key);
   if (i == kNone) return;
   Unindex(i);
-  Unlink(i);
+  if (!scan_) Unlink(i);
   Free(i);
 }
 
@@ -326,6 +378,7 @@ void SpaceSaving<Payload, Key>::Decay() {
       kept.push_back(i);
     }
   }
+  if (scan_) return;  // a small sketch orders by (count, seq) when it looks: nothing to relink
   std::sort(kept.begin(), kept.end(), [this](uint32_t a, uint32_t b) {
     return slots_[a].count != slots_[b].count ? slots_[a].count < slots_[b].count
                                               : slots_[a].seq < slots_[b].seq;
