@@ -138,11 +138,15 @@ class SpaceSaving {
   // Every slot and bucket free (buckets_ sized).
   void FreeAll() {
     free_slots_.clear();
+    for (size_t i = slots_.size(); i > 0; --i) free_slots_.push_back(static_cast<uint32_t>(i - 1));
+    FreeBuckets();
+  }
+  // Every bucket free and empty, the list of buckets with them.
+  void FreeBuckets() {
+    for (Bucket& bucket : buckets_) bucket = Bucket{};
     free_buckets_.clear();
-    for (size_t i = slots_.size(); i > 0; --i) {
-      free_slots_.push_back(static_cast<uint32_t>(i - 1));
-      free_buckets_.push_back(static_cast<uint32_t>(i - 1));
-    }
+    for (size_t i = buckets_.size(); i > 0; --i) free_buckets_.push_back(static_cast<uint32_t>(i - 1));
+    min_bucket_ = kNone;
   }
   // Slot `i` now holds `key` (indexed).
   void SetKey(uint32_t i, KeyArg key);
@@ -154,12 +158,15 @@ class SpaceSaving {
       key = Key{};
     }
   }
-  void Free(uint32_t i) {
-    Slot& slot = slots_[i];
+  // `slot` as a free one, its key's buffer kept.
+  static void ResetSlot(Slot& slot) {
     ClearKey(slot.key);
     slot.count = slot.error = slot.seq = 0;
     slot.bucket = slot.prev = slot.next = kNone;
     slot.payload = Payload{};
+  }
+  void Free(uint32_t i) {
+    ResetSlot(slots_[i]);
     if (!scan_) free_slots_.push_back(i);
     --used_;
   }
@@ -292,37 +299,15 @@ void SpaceSaving<Payload, Key>::SetKey(uint32_t i, KeyArg key) {
 
 template <typename Payload, typename Key>
 void SpaceSaving<Payload, Key>::Clear() {
-  // Only what is used is reset (a client's peers are cleared each time its entry is reused).
-  if (scan_) {
-    for (Slot& slot : slots_) {
-      if (slot.bucket == kNone) continue;
-      ClearKey(slot.key);
-      slot.count = slot.error = slot.seq = 0;
-      slot.bucket = kNone;
-      slot.payload = Payload{};
-    }
-    used_ = 0;
-    next_seq_ = 0;
-    return;
+  // Only used slots are reset (a client's peers are cleared each time its entry is reused).
+  for (Slot& slot : slots_) {
+    if (slot.bucket != kNone) ResetSlot(slot);
   }
-  for (uint32_t b = min_bucket_; b != kNone;) {
-    for (uint32_t i = buckets_[b].head; i != kNone;) {
-      Slot& slot = slots_[i];
-      i = slot.next;
-      ClearKey(slot.key);
-      slot.count = slot.error = slot.seq = 0;
-      slot.bucket = slot.prev = slot.next = kNone;
-      slot.payload = Payload{};
-    }
-    const uint32_t next = buckets_[b].next;
-    buckets_[b] = Bucket{};
-    b = next;
-  }
-  index_.clear();
-  FreeAll();
-  min_bucket_ = kNone;
   used_ = 0;
   next_seq_ = 0;
+  if (scan_) return;
+  index_.clear();
+  FreeAll();
 }
 
 template <typename Payload, typename Key>
@@ -383,10 +368,7 @@ void SpaceSaving<Payload, Key>::Decay() {
     return slots_[a].count != slots_[b].count ? slots_[a].count < slots_[b].count
                                               : slots_[a].seq < slots_[b].seq;
   });
-  for (Bucket& bucket : buckets_) bucket = Bucket{};
-  free_buckets_.clear();
-  for (size_t i = buckets_.size(); i > 0; --i) free_buckets_.push_back(static_cast<uint32_t>(i - 1));
-  min_bucket_ = kNone;
+  FreeBuckets();
   uint32_t last = kNone;  // the largest bucket so far: each kept slot goes there or after it
   for (uint32_t i : kept) {
     const uint64_t seq = slots_[i].seq;

@@ -17,14 +17,7 @@ int64_t ToInt(const std::string* v) {
 }  // namespace
 
 QueryShape ParseQueryShape(const RequestInfo& info, std::string_view path_and_query) {
-  if (info.verb != "list" && info.verb != "watch" && info.verb != "get") return {};
-  // The query as Go's url.Parse splits it: after the first '?', before a '#'.
-  std::string_view raw_query;
-  path_and_query = path_and_query.substr(0, path_and_query.find('#'));
-  if (size_t q = path_and_query.find('?'); q != std::string_view::npos) {
-    raw_query = path_and_query.substr(q + 1);
-  }
-  return QueryShapeOf(info, ParseQuery(raw_query));
+  return QueryShapeOf(info, ParseQuery(RawQuery(path_and_query)));
 }
 
 QueryShape QueryShapeOf(const RequestInfo& info, const QueryParams& params) {

@@ -457,8 +457,12 @@ QueryParams ParseQuery(std::string_view raw_query) {
   return out;
 }
 
+std::string_view RawQuery(std::string_view path_and_query) {
+  return SplitTarget(path_and_query).second;
+}
+
 std::optional<std::string> QueryParam(std::string_view path_and_query, std::string_view key) {
-  std::string_view raw_query = SplitTarget(path_and_query).second;
+  std::string_view raw_query = RawQuery(path_and_query);
   // Cheap pre-check: most targets do not mention the key at all.
   if (raw_query.find(key) == std::string_view::npos &&
       raw_query.find('%') == std::string_view::npos) {

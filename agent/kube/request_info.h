@@ -37,6 +37,9 @@ bool PercentDecodeInto(std::string_view s, bool plus_is_space, std::string& out)
 // a few parameters, and it is parsed per request.
 using QueryParams = absl::InlinedVector<std::pair<std::string, std::string>, 4>;
 QueryParams ParseQuery(std::string_view raw_query);
+// The raw query of a request target as Go's url.Parse splits it (after the first '?', before a
+// '#'; an absolute-form target's scheme and authority skipped).
+std::string_view RawQuery(std::string_view path_and_query);
 
 // ParseRequestInfo into `info`, every field set, its strings' buffers reused: parsing request
 // after request into one RequestInfo allocates nothing once they have grown (the pipeline's
