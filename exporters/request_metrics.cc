@@ -49,7 +49,7 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
     exporter_->CountResponseBody(BodyEncodingName(r.body_read->encoding),
                                  BodyFactsResultName(r.body_read->result));
   }
-  MetricLabels m = MetricLabelsFor(r.info, r.method, r.content_type, r.path);
+  MetricLabels m = MetricLabelsFor(r.info, r.shape, r.method, r.content_type, r.path);
   if (!m.resource.empty()) {
     const bool served = r.status != 401 && r.status != 403 && r.status != 404;
     // m.group and m.resource are the RequestInfo's: their key is the record's resource key,
@@ -75,7 +75,7 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
   // Watches last minutes by design: their duration says nothing about latency.
   if (m.verb != "WATCH" && r.end_ns >= r.start_ns) o.duration_s = (r.end_ns - r.start_ns) / 1e9;
   exporter_->CountRequest(o);
-  if (r.info.verb == "list") {
+  if (r.info.verb_kind == KubeVerb::kList) {
     exporter_->CountList(client, m.group, m.resource, m.scope,
                          ConsistencyName(r.shape.consistency), r.shape.paginated);
   }

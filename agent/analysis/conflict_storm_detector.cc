@@ -37,7 +37,7 @@ ConflictStormDetector::ConflictStormDetector(ConflictStormConfig config)
 void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const RequestInfo& info = r.info;
   if (!info.is_resource_request || info.name.empty()) return;
-  if (info.verb != "update" && info.verb != "patch") return;
+  if (info.verb_kind != KubeVerb::kUpdate && info.verb_kind != KubeVerb::kPatch) return;
   const bool status = info.subresource == "status";
   if (!info.subresource.empty() && !status) return;
   if (config_.allow.Allows(r.identity->user)) return;

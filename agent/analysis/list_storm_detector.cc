@@ -43,7 +43,7 @@ ListStormDetector::ListStormDetector(ListStormConfig config)
 }
 
 void ListStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
-  if (r.info.verb != "list" || config_.allow.Allows(r.identity->user)) return;
+  if (r.info.verb_kind != KubeVerb::kList || config_.allow.Allows(r.identity->user)) return;
   ++observed_;
 
   const RecordKeys keys = KeysOf(r);

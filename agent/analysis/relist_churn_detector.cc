@@ -32,8 +32,8 @@ RelistChurnDetector::RelistChurnDetector(RelistChurnConfig config)
 }
 
 void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
-  const bool is_watch = r.info.verb == "watch";
-  if ((!is_watch && r.info.verb != "list") || config_.allow.Allows(r.identity->user)) return;
+  const bool is_watch = r.info.verb_kind == KubeVerb::kWatch;
+  if ((!is_watch && r.info.verb_kind != KubeVerb::kList) || config_.allow.Allows(r.identity->user)) return;
   ++observed_;
   const int64_t start_ns = StartNs(r, now_ns);
 

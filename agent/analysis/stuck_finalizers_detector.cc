@@ -97,8 +97,9 @@ void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordK
 void StuckFinalizersDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const RequestInfo& info = r.info;
   if (!info.is_resource_request || info.resource.empty()) return;
-  const bool write = info.verb == "update" || info.verb == "patch";
-  const bool remove = info.verb == "delete" || info.verb == "deletecollection";
+  const bool write = info.verb_kind == KubeVerb::kUpdate || info.verb_kind == KubeVerb::kPatch;
+  const bool remove =
+      info.verb_kind == KubeVerb::kDelete || info.verb_kind == KubeVerb::kDeleteCollection;
   const bool not_found = r.status == 404 && !info.name.empty();
   if (!write && !remove && !not_found) return;
   ++observed_;

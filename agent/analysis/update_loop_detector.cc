@@ -189,7 +189,7 @@ UpdateLoopDetector::ResourceEntry& UpdateLoopDetector::TouchResource(const Reque
 void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const RequestInfo& info = r.info;
   if (!info.is_resource_request || info.name.empty()) return;
-  if (info.verb != "update" && info.verb != "patch") return;
+  if (info.verb_kind != KubeVerb::kUpdate && info.verb_kind != KubeVerb::kPatch) return;
   ++stats_.writes_observed;
 
   // Identity = user + pod: replicas of one service account are told apart by their pod.

@@ -10,12 +10,19 @@
 
 namespace stormwatch {
 
+// RequestInfo::verb as a number, so the tests every sink makes per request (is it a write, a
+// LIST, a WATCH?) compare a byte, not strings. kOther: any other verb, "" included.
+enum class KubeVerb : uint8_t {
+  kOther, kGet, kList, kWatch, kCreate, kUpdate, kPatch, kDelete, kDeleteCollection, kProxy
+};
+
 // Where a request ends up in kube-apiserver's terms (k8s.io/apiserver RequestInfo).
 struct RequestInfo {
   bool is_resource_request = false;
   std::string path;         // URL path without the query
   std::string verb;         // kube verb: get list watch create update patch delete
                             // deletecollection proxy, or the lower-cased HTTP method
+  KubeVerb verb_kind = KubeVerb::kOther;  // `verb` as a number; ParseRequestInfo sets both
   std::string api_prefix;   // "api" or "apis"
   std::string api_group;    // "" for the core group
   std::string api_version;
@@ -84,6 +91,7 @@ struct QueryShape {
   bool field_selector = false;
   bool send_initial_events = false;  // WatchList (streaming LIST)
   int64_t timeout_seconds = 0;       // watches: timeoutSeconds
+  bool watch_param = false;          // ?watch= true-ish (its first value): metrics' getVerbIfWatch
 
   bool operator==(const QueryShape&) const = default;
 };

@@ -46,8 +46,9 @@ std::string_view MetricScope(const RequestInfo& info, std::string_view method) {
   return "cluster";
 }
 
-MetricLabels MetricLabelsFor(const RequestInfo& info, std::string_view method,
-                             std::string_view content_type, std::string_view path_and_query) {
+MetricLabels MetricLabelsFor(const RequestInfo& info, const QueryShape& shape,
+                             std::string_view method, std::string_view content_type,
+                             std::string_view path_and_query) {
   MetricLabels labels;
   labels.scope = MetricScope(info, method);
   if (info.is_resource_request) {
@@ -58,7 +59,7 @@ MetricLabels MetricLabelsFor(const RequestInfo& info, std::string_view method,
   }
 
   // cleanVerb: the installer suggests WATCH/WATCHLIST for the legacy /watch/ routes.
-  if (info.verb_via_path_prefix && info.verb == "watch") {
+  if (info.verb_via_path_prefix && info.verb_kind == KubeVerb::kWatch) {
     labels.verb = "WATCH";
     return labels;
   }
@@ -70,9 +71,13 @@ MetricLabels MetricLabelsFor(const RequestInfo& info, std::string_view method,
   }
   // CleanVerb: getVerbIfWatch (the method upper-cased is GET or LIST).
   if (get || EqualsUpper(method, "LIST")) {
-    if (auto watch = QueryParam(path_and_query, "watch"); watch && QueryBool(*watch)) {
-      verb = "WATCH";
-    }
+    // A read's shape has the parameter from its query parsed once; other verbs (a "get"
+    // method, say, which RequestInfo does not take for a GET) read it here.
+    const bool watch = IsRead(info.verb_kind) ? shape.watch_param : [&] {
+      auto param = QueryParam(path_and_query, "watch");
+      return param && QueryBool(*param);
+    }();
+    if (watch) verb = "WATCH";
   }
   if (verb == "WATCHLIST") verb = "WATCH";
   if (verb == "PATCH" && content_type == "application/apply-patch+yaml") verb = "APPLY";

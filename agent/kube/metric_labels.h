@@ -46,9 +46,11 @@ struct MetricLabels {
   bool operator==(const MetricLabels&) const = default;
 };
 
-// `info` must come from ParseRequestInfo(method, path_and_query).
-MetricLabels MetricLabelsFor(const RequestInfo& info, std::string_view method,
-                             std::string_view content_type, std::string_view path_and_query);
+// `info` must come from ParseRequestInfo(method, path_and_query), `shape` from its query
+// (ParseQueryShape / QueryShapeOf).
+MetricLabels MetricLabelsFor(const RequestInfo& info, const QueryShape& shape,
+                             std::string_view method, std::string_view content_type,
+                             std::string_view path_and_query);
 
 // The route scope described above.
 std::string_view MetricScope(const RequestInfo& info, std::string_view method);

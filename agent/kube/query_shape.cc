@@ -22,7 +22,7 @@ QueryShape ParseQueryShape(const RequestInfo& info, std::string_view path_and_qu
 
 QueryShape QueryShapeOf(const RequestInfo& info, const QueryParams& params) {
   QueryShape s;
-  if (info.verb != "list" && info.verb != "watch" && info.verb != "get") return s;
+  if (!IsRead(info.verb_kind)) return s;
   // First value per key.
   auto param = [&](std::string_view key) -> const std::string* {
     for (const auto& [k, v] : params) {
@@ -40,6 +40,7 @@ QueryShape QueryShapeOf(const RequestInfo& info, const QueryParams& params) {
   s.field_selector = !info.field_selector.empty();
   if (const std::string* sie = param("sendInitialEvents")) s.send_initial_events = QueryBool(*sie);
   s.timeout_seconds = ToInt(param("timeoutSeconds"));
+  if (const std::string* watch = param("watch")) s.watch_param = QueryBool(*watch);
 
   using C = QueryShape::Consistency;
   if (s.continued) {
@@ -68,7 +69,7 @@ const char* ConsistencyName(QueryShape::Consistency c) {
 }
 
 bool IsConsistentUnpaginatedClusterList(const RequestRecord& r) {
-  return r.info.verb == "list" && r.info.namespace_.empty() && !r.shape.paginated &&
+  return r.info.verb_kind == KubeVerb::kList && r.info.namespace_.empty() && !r.shape.paginated &&
          r.shape.consistency == QueryShape::Consistency::kConsistent;
 }
 

@@ -555,6 +555,19 @@ Result<size_t> ValidateLabelSelector(std::string_view selector) {
   return LabelParser(LexLabelSelector(selector)).Parse();
 }
 
+KubeVerb KubeVerbOf(std::string_view verb) {
+  static constexpr std::pair<std::string_view, KubeVerb> kVerbs[] = {
+      {"get", KubeVerb::kGet},         {"list", KubeVerb::kList},
+      {"watch", KubeVerb::kWatch},     {"create", KubeVerb::kCreate},
+      {"update", KubeVerb::kUpdate},   {"patch", KubeVerb::kPatch},
+      {"delete", KubeVerb::kDelete},   {"deletecollection", KubeVerb::kDeleteCollection},
+      {"proxy", KubeVerb::kProxy}};
+  for (const auto& [name, kind] : kVerbs) {
+    if (verb == name) return kind;
+  }
+  return KubeVerb::kOther;
+}
+
 RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_query,
                              std::vector<std::string>* parts_out) {
   RequestInfo info;
@@ -695,8 +708,9 @@ void ParseRequestInfoInto(std::string_view method, std::string_view path_and_que
   QueryParams& query = query_out ? *query_out : own_query;
   bool query_parsed = false;
   ParseTargetInto(method, raw_path, raw_query, info, parts_out, query, query_parsed);
+  info.verb_kind = KubeVerbOf(info.verb);
   if (!query_out) return;
-  if (info.verb != "get" && info.verb != "list" && info.verb != "watch") {
+  if (!IsRead(info.verb_kind)) {
     query.clear();
   } else if (!query_parsed) {
     query = ParseQuery(raw_query);

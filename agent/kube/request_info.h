@@ -22,9 +22,16 @@ namespace stormwatch {
 // "/api/v1/namespaces/ns/pods?watch=true". An absolute-form target
 // ("https://host/api/...") is accepted too. Selectors are filled as with the
 // AuthorizeWithSelectors feature gate on (its default from Kubernetes 1.32). `parts`, when
-// given, receives upstream's Parts (info.parts_count of them).
+// given, receives upstream's Parts (info.parts_count of them). verb_kind is set with verb.
 RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_query,
                              std::vector<std::string>* parts = nullptr);
+
+// `verb` (a RequestInfo's) as a KubeVerb; kOther for any other string.
+KubeVerb KubeVerbOf(std::string_view verb);
+// get, list and watch: the verbs whose query shapes what they cost (QueryShape).
+constexpr bool IsRead(KubeVerb v) {
+  return v == KubeVerb::kGet || v == KubeVerb::kList || v == KubeVerb::kWatch;
+}
 
 // Go's url.PathUnescape / url.QueryUnescape: nullopt on a malformed %-escape.
 // `plus_is_space` selects query semantics ('+' decodes to ' ').

@@ -121,7 +121,7 @@ void ClientPeers::OnRequest(const RequestRecord& r) {
                                           : r.response.priority_level;
   Observe(r.identity->user.empty() ? kUnknownKey : r.keys.user, ClientLabel(*r.identity),
           r.peer_address, r.local_address, static_cast<int64_t>(r.end_ns),
-          ClientRequestFacts{.list = r.info.verb == "list",
+          ClientRequestFacts{.list = r.info.verb_kind == KubeVerb::kList,
                              .response_bytes = r.response_bytes,
                              .status = r.status,
                              .priority_level = &priority_level});

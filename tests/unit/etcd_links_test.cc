@@ -29,6 +29,7 @@ RequestRecord List(uint64_t start, uint64_t end, const std::string& resource, co
   r.start_ns = start;
   r.end_ns = end;
   r.info.verb = "list";
+  r.info.verb_kind = KubeVerb::kList;
   r.info.resource = resource;
   r.info.namespace_ = ns;
   r.shape.consistency = c;

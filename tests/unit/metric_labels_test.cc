@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "agent/kube/query_shape.h"
 #include "agent/kube/request_info.h"
 
 namespace stormwatch {
@@ -209,7 +210,8 @@ TEST(MetricLabelsTest, MatchesUpstreamRules) {
   for (const LabelCase& c : kCases) {
     SCOPED_TRACE(c.desc);
     RequestInfo info = ParseRequestInfo(c.method, c.target);
-    MetricLabels got = MetricLabelsFor(info, c.method, c.content_type, c.target);
+    MetricLabels got =
+        MetricLabelsFor(info, ParseQueryShape(info, c.target), c.method, c.content_type, c.target);
     EXPECT_EQ(got.verb, c.want.verb);
     EXPECT_EQ(got.group, c.want.group);
     EXPECT_EQ(got.version, c.want.version);
@@ -223,7 +225,7 @@ TEST(MetricLabelsTest, MethodCaseDoesNotMatter) {
   // metrics.go upper-cases req.Method before CanonicalVerb and getVerbIfWatch.
   const char* target = "/api/v1/pods?watch=true";
   RequestInfo info = ParseRequestInfo("get", target);
-  EXPECT_EQ(MetricLabelsFor(info, "get", "", target).verb, "WATCH");
+  EXPECT_EQ(MetricLabelsFor(info, ParseQueryShape(info, target), "get", "", target).verb, "WATCH");
 }
 
 TEST(MetricLabelsTest, TestCleanScopeEquivalents) {

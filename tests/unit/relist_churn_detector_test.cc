@@ -357,6 +357,7 @@ TEST(RelistChurnTest, OtherVerbsAreIgnored) {
     RequestRecord put = get;
     put.method = "PUT";
     put.info.verb = "update";
+    put.info.verb_kind = KubeVerb::kUpdate;
     events.push_back({k * 100 * kMs, get});
     events.push_back({k * 100 * kMs + 1, put});
   }

@@ -31,6 +31,7 @@ void PrintTo(const QueryShape& s, std::ostream* os) {
       << " continued=" << s.continued << " limit=" << s.limit << " label_selector="
       << s.label_selector << " field_selector=" << s.field_selector
       << " send_initial_events=" << s.send_initial_events << " timeout=" << s.timeout_seconds
+      << " watch_param=" << s.watch_param
       << "}";
 }
 
@@ -761,6 +762,47 @@ TEST(RequestInfoInto, ReusedInfoEqualsAFreshParse) {
   EXPECT_TRUE(ParseRequestInfo("GET", requests[2].second).verb_via_path_prefix);
 }
 
+// Sinks test the verb by its number: every verb upstream's RequestInfo gives has its own, set
+// with the string in every case (a reused RequestInfo included), and anything else is kOther.
+TEST(RequestInfoInto, VerbKindFollowsTheVerb) {
+  struct Case {
+    const char* method;
+    const char* target;
+    const char* verb;
+    KubeVerb kind;
+  };
+  const Case cases[] = {
+      {"GET", "/api/v1/namespaces/ns/pods/p", "get", KubeVerb::kGet},
+      {"HEAD", "/api/v1/namespaces/ns/pods/p", "get", KubeVerb::kGet},
+      {"GET", "/api/v1/pods", "list", KubeVerb::kList},
+      {"GET", "/api/v1/pods?watch=1", "watch", KubeVerb::kWatch},
+      {"GET", "/api/v1/watch/namespaces/ns/pods", "watch", KubeVerb::kWatch},
+      {"POST", "/apis/apps/v1/namespaces/ns/deployments", "create", KubeVerb::kCreate},
+      {"PUT", "/apis/apps/v1/namespaces/ns/deployments/d/status", "update", KubeVerb::kUpdate},
+      {"PATCH", "/api/v1/nodes/n", "patch", KubeVerb::kPatch},
+      {"DELETE", "/api/v1/namespaces/ns/pods/p", "delete", KubeVerb::kDelete},
+      {"DELETE", "/api/v1/namespaces/ns/pods", "deletecollection", KubeVerb::kDeleteCollection},
+      {"GET", "/api/v1/proxy/namespaces/ns/pods/p", "proxy", KubeVerb::kProxy},
+      {"OPTIONS", "/api/v1/pods", "", KubeVerb::kOther},  // a resource path: no verb upstream
+      {"OPTIONS", "/openapi/v3", "options", KubeVerb::kOther},
+      {"GET", "/healthz", "get", KubeVerb::kGet},
+      {"PUT", "/healthz", "put", KubeVerb::kOther},
+      {"get", "/api/v1/pods", "", KubeVerb::kOther},  // methods are case-sensitive upstream
+  };
+  RequestInfo reused;
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < std::size(cases); ++i) {
+      const Case& c = cases[round == 0 ? i : std::size(cases) - 1 - i];
+      ParseRequestInfoInto(c.method, c.target, reused);
+      EXPECT_EQ(reused.verb, c.verb) << c.method << " " << c.target;
+      EXPECT_EQ(reused.verb_kind, c.kind) << c.method << " " << c.target;
+      EXPECT_EQ(ParseRequestInfo(c.method, c.target).verb_kind, c.kind) << c.method << " " << c.target;
+    }
+  }
+  EXPECT_EQ(KubeVerbOf("watchlist"), KubeVerb::kOther);
+  EXPECT_EQ(KubeVerbOf("LIST"), KubeVerb::kOther);
+}
+
 // The pipeline parses a read's query once, with its RequestInfo, and takes its shape from that
 // parse: the same shape as parsing the target again, the query emptied for what is no read.
 TEST(RequestInfoInto, QueryParsedOnceGivesTheSameShape) {
@@ -784,6 +826,7 @@ TEST(RequestInfoInto, QueryParsedOnceGivesTheSameShape) {
     EXPECT_EQ(info, fresh) << method << " " << target;
     EXPECT_EQ(QueryShapeOf(info, query), ParseQueryShape(fresh, target)) << method << " " << target;
     const bool read = info.verb == "get" || info.verb == "list" || info.verb == "watch";
+    EXPECT_EQ(IsRead(info.verb_kind), read) << method << " " << target;
     EXPECT_EQ(query.empty(), !read || std::string_view(target).find('?') == std::string_view::npos ||
                                  std::string_view(target).find('#') < std::string_view(target).find('?'))
         << method << " " << target;
