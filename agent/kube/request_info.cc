@@ -556,16 +556,23 @@ Result<size_t> ValidateLabelSelector(std::string_view selector) {
 }
 
 KubeVerb KubeVerbOf(std::string_view verb) {
-  static constexpr std::pair<std::string_view, KubeVerb> kVerbs[] = {
-      {"get", KubeVerb::kGet},         {"list", KubeVerb::kList},
-      {"watch", KubeVerb::kWatch},     {"create", KubeVerb::kCreate},
-      {"update", KubeVerb::kUpdate},   {"patch", KubeVerb::kPatch},
-      {"delete", KubeVerb::kDelete},   {"deletecollection", KubeVerb::kDeleteCollection},
-      {"proxy", KubeVerb::kProxy}};
-  for (const auto& [name, kind] : kVerbs) {
-    if (verb == name) return kind;
+  // By length first: one string compare at most (this runs per request).
+  auto is = [&](std::string_view name, KubeVerb kind) {
+    return verb == name ? kind : KubeVerb::kOther;
+  };
+  switch (verb.size()) {
+    case 3: return is("get", KubeVerb::kGet);
+    case 4: return is("list", KubeVerb::kList);
+    case 5:
+      if (verb[0] == 'w') return is("watch", KubeVerb::kWatch);
+      return verb[0] == 'p' && verb[1] == 'a' ? is("patch", KubeVerb::kPatch)
+                                              : is("proxy", KubeVerb::kProxy);
+    case 6:
+      if (verb[0] == 'c') return is("create", KubeVerb::kCreate);
+      return verb[0] == 'u' ? is("update", KubeVerb::kUpdate) : is("delete", KubeVerb::kDelete);
+    case 16: return is("deletecollection", KubeVerb::kDeleteCollection);
+    default: return KubeVerb::kOther;
   }
-  return KubeVerb::kOther;
 }
 
 RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_query,
@@ -582,6 +589,15 @@ namespace {
 void Set(std::string& field, std::string_view value) {
   field.clear();
   field.append(value.data(), value.size());
+}
+
+// A kube verb upstream's rules name, as both the string and the number.
+void SetVerb(RequestInfo& info, KubeVerb kind) {
+  static constexpr std::string_view kNames[] = {
+      "", "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "proxy"};
+  static_assert(std::size(kNames) == static_cast<size_t>(KubeVerb::kProxy) + 1);
+  Set(info.verb, kNames[static_cast<size_t>(kind)]);
+  info.verb_kind = kind;
 }
 
 // ParseRequestInfoInto's rules; `query` is parsed from `raw_query` when a rule needs it
@@ -607,6 +623,7 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   for (char& c : info.verb) {  // ASCII, as std::tolower in the C locale (no call per char)
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   }
+  info.verb_kind = KubeVerbOf(info.verb);
   for (std::string* field : {&info.api_prefix, &info.api_group, &info.api_version,
                              &info.namespace_, &info.resource, &info.subresource, &info.name,
                              &info.field_selector, &info.label_selector}) {
@@ -631,20 +648,20 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   // /{specialVerb}/* (legacy watch and proxy prefixes).
   if (parts[i] == "proxy" || parts[i] == "watch") {
     if (parts.size() - i < 2) return;  // upstream: error, "unable to determine kind"
-    Set(info.verb, parts[i++]);
+    SetVerb(info, parts[i++] == "proxy" ? KubeVerb::kProxy : KubeVerb::kWatch);
     info.verb_via_path_prefix = true;
   } else if (method == "POST") {
-    Set(info.verb, "create");
+    SetVerb(info, KubeVerb::kCreate);
   } else if (method == "GET" || method == "HEAD") {
-    Set(info.verb, "get");
+    SetVerb(info, KubeVerb::kGet);
   } else if (method == "PUT") {
-    Set(info.verb, "update");
+    SetVerb(info, KubeVerb::kUpdate);
   } else if (method == "PATCH") {
-    Set(info.verb, "patch");
+    SetVerb(info, KubeVerb::kPatch);
   } else if (method == "DELETE") {
-    Set(info.verb, "delete");
+    SetVerb(info, KubeVerb::kDelete);
   } else {
-    Set(info.verb, "");
+    SetVerb(info, KubeVerb::kOther);  // "": upstream names no verb for other methods here
   }
 
   // /namespaces/{namespace}/{resource}/*: parts become relative to the resource, unless
@@ -662,15 +679,15 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   if (parts_out) parts_out->assign(p, p + info.parts_count);
 
   // Proxy takes no subresource.
-  if (info.parts_count >= 3 && info.verb != "proxy") Set(info.subresource, p[2]);
+  if (info.parts_count >= 3 && info.verb_kind != KubeVerb::kProxy) Set(info.subresource, p[2]);
   if (info.parts_count >= 2) Set(info.name, p[1]);
   if (info.parts_count >= 1) Set(info.resource, p[0]);
 
   // No name and a GET: a list or a watch, decided by ListOptions from the query.
-  if (info.name.empty() && info.verb == "get") {
+  if (info.name.empty() && info.verb_kind == KubeVerb::kGet) {
     const auto& q = parsed_query();
     const std::string* watch = FirstValue(q, "watch");
-    Set(info.verb, (watch && QueryBool(*watch)) ? "watch" : "list");
+    SetVerb(info, (watch && QueryBool(*watch)) ? KubeVerb::kWatch : KubeVerb::kList);
     // The name comes from fieldSelector=metadata.name=X, but only when every ListOptions
     // field decodes (upstream resets the options on any decode error).
     if (!ListOptionsDecodeFails(q)) {
@@ -686,12 +703,15 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   }
 
   // No name and a DELETE: deletecollection.
-  if (info.name.empty() && info.verb == "delete") Set(info.verb, "deletecollection");
+  if (info.name.empty() && info.verb_kind == KubeVerb::kDelete) {
+    SetVerb(info, KubeVerb::kDeleteCollection);
+  }
 
   // AuthorizeWithSelectors: raw selectors for the verbs that honour them, except on the
   // deprecated verb-via-path endpoints.
   if (!info.verb_via_path_prefix &&
-      (info.verb == "list" || info.verb == "watch" || info.verb == "deletecollection")) {
+      (info.verb_kind == KubeVerb::kList || info.verb_kind == KubeVerb::kWatch ||
+       info.verb_kind == KubeVerb::kDeleteCollection)) {
     const auto& q = parsed_query();
     if (const std::string* v = FirstValue(q, "fieldSelector")) Set(info.field_selector, *v);
     if (const std::string* v = FirstValue(q, "labelSelector")) Set(info.label_selector, *v);
@@ -708,7 +728,6 @@ void ParseRequestInfoInto(std::string_view method, std::string_view path_and_que
   QueryParams& query = query_out ? *query_out : own_query;
   bool query_parsed = false;
   ParseTargetInto(method, raw_path, raw_query, info, parts_out, query, query_parsed);
-  info.verb_kind = KubeVerbOf(info.verb);
   if (!query_out) return;
   if (!IsRead(info.verb_kind)) {
     query.clear();

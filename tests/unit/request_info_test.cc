@@ -796,6 +796,7 @@ TEST(RequestInfoInto, VerbKindFollowsTheVerb) {
       ParseRequestInfoInto(c.method, c.target, reused);
       EXPECT_EQ(reused.verb, c.verb) << c.method << " " << c.target;
       EXPECT_EQ(reused.verb_kind, c.kind) << c.method << " " << c.target;
+      EXPECT_EQ(KubeVerbOf(c.verb), c.kind) << c.verb;
       EXPECT_EQ(ParseRequestInfo(c.method, c.target).verb_kind, c.kind) << c.method << " " << c.target;
     }
   }
