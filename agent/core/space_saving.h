@@ -179,6 +179,9 @@ class SpaceSaving {
   size_t used_ = 0;
   uint64_t next_seq_ = 0;
   bool scan_;
+  // A small sketch's last added slot, tried before the scan: a client's requests mostly come
+  // from the IP its previous one came from. A hint only (the slot's key is compared).
+  uint32_t last_added_ = kNone;
   absl::flat_hash_map<KeyArg, uint32_t> index_;  // empty when scan_
 };
 
@@ -227,7 +230,10 @@ void SpaceSaving<Payload, Key>::Link(uint32_t i, uint32_t after) {
 template <typename Payload, typename Key>
 Payload* SpaceSaving<Payload, Key>::Add(KeyArg key, uint64_t amount) {
   if (scan_) {
-    uint32_t i = Find(key);
+    uint32_t i = last_added_ != kNone && slots_[last_added_].bucket != kNone &&
+                         slots_[last_added_].key == key
+                     ? last_added_
+                     : Find(key);
     if (i == kNone) {
       i = ScanVictim();
       if (i == kNone) return nullptr;  // capacity 0
@@ -243,6 +249,7 @@ Payload* SpaceSaving<Payload, Key>::Add(KeyArg key, uint64_t amount) {
     }
     slots_[i].count += amount;
     slots_[i].seq = next_seq_++;
+    last_added_ = i;
     return &slots_[i].payload;
   }
   if (const uint32_t found = Find(key); found != kNone) {
