@@ -5,7 +5,9 @@
 //
 // Built for the per-request path: an open-addressing index (absl::flat_hash_map) of slot
 // numbers, entries in fixed chunks linked by slot number (no node allocated per insert, no
-// pointer chasing through a std::list), and values that never move once inserted.
+// pointer chasing through a std::list), and values that never move once inserted. The links
+// are an array of their own: making a key the most recent rewrites its neighbours' and the
+// head's links, 8 bytes each in one dense array, not a cache line in each of three entries.
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
@@ -32,7 +34,6 @@ class BoundedLru {
   static constexpr size_t kChunk = 256;  // entries per allocation
   struct Slot {
     alignas(Entry) unsigned char storage[sizeof(Entry)];
-    uint32_t prev = kNil, next = kNil;  // towards the more / less recently touched
     Entry& entry() { return *std::launder(reinterpret_cast<Entry*>(storage)); }
     const Entry& entry() const { return *std::launder(reinterpret_cast<const Entry*>(storage)); }
   };
@@ -50,7 +51,7 @@ class BoundedLru {
     E& operator*() const { return lru_->At(slot_).entry(); }
     E* operator->() const { return &**this; }
     Iter& operator++() {
-      slot_ = lru_->At(slot_).next;
+      slot_ = lru_->links_[slot_].next;
       return *this;
     }
     bool operator==(const Iter& o) const { return slot_ == o.slot_; }
@@ -71,7 +72,7 @@ class BoundedLru {
   BoundedLru(const BoundedLru&) = delete;
   BoundedLru& operator=(const BoundedLru&) = delete;
   ~BoundedLru() {
-    for (uint32_t s = head_; s != kNil; s = At(s).next) At(s).entry().~Entry();
+    for (uint32_t s = head_; s != kNil; s = links_[s].next) At(s).entry().~Entry();
   }
 
   // The value of `key` without changing its recency; nullptr when absent.
@@ -161,7 +162,7 @@ class BoundedLru {
   // Erases the entry at `it` (from iteration); returns the next one.
   iterator Erase(iterator it) {
     const uint32_t s = it.slot_;
-    const uint32_t next = At(s).next;
+    const uint32_t next = links_[s].next;
     index_.erase(At(s).entry().first);
     Release(s);
     return iterator(this, next);
@@ -182,31 +183,32 @@ class BoundedLru {
   uint32_t Acquire() {
     if (free_ != kNil) {
       const uint32_t s = free_;
-      free_ = At(s).next;
+      free_ = links_[s].next;
       return s;
     }
     if (allocated_ % kChunk == 0) chunks_.push_back(std::make_unique<Slot[]>(kChunk));
+    links_.emplace_back();
     return allocated_++;
   }
   // Unlinks slot `s`, destroys its entry and puts it on the free list.
   void Release(uint32_t s) {
     Unlink(s);
     At(s).entry().~Entry();
-    At(s).next = free_;
+    links_[s].next = free_;
     free_ = s;
   }
   void Unlink(uint32_t s) {
-    Slot& slot = At(s);
-    (slot.prev == kNil ? head_ : At(slot.prev).next) = slot.next;
-    (slot.next == kNil ? tail_ : At(slot.next).prev) = slot.prev;
-    slot.prev = slot.next = kNil;
+    Link& link = links_[s];
+    (link.prev == kNil ? head_ : links_[link.prev].next) = link.next;
+    (link.next == kNil ? tail_ : links_[link.next].prev) = link.prev;
+    link.prev = link.next = kNil;
     --size_;
   }
   void LinkFront(uint32_t s) {
-    Slot& slot = At(s);
-    slot.prev = kNil;
-    slot.next = head_;
-    (head_ == kNil ? tail_ : At(head_).prev) = s;
+    Link& link = links_[s];
+    link.prev = kNil;
+    link.next = head_;
+    (head_ == kNil ? tail_ : links_[head_].prev) = s;
     head_ = s;
     ++size_;
   }
@@ -219,6 +221,10 @@ class BoundedLru {
   size_t capacity_;
   absl::flat_hash_map<Key, uint32_t, Hash> index_;
   std::vector<std::unique_ptr<Slot[]>> chunks_;
+  struct Link {
+    uint32_t prev = kNil, next = kNil;  // towards the more / less recently touched
+  };
+  std::vector<Link> links_;  // by slot number, one per slot handed out
   uint32_t allocated_ = 0;  // slots handed out so far (chunks_ hold them)
   uint32_t head_ = kNil, tail_ = kNil, free_ = kNil;
   size_t size_ = 0;
