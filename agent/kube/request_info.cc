@@ -555,22 +555,30 @@ Result<size_t> ValidateLabelSelector(std::string_view selector) {
   return LabelParser(LexLabelSelector(selector)).Parse();
 }
 
+namespace {
+
+// KubeVerb's names, in its order ("" for kOther: no verb upstream names).
+constexpr std::string_view kVerbNames[] = {
+    "", "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "proxy"};
+static_assert(std::size(kVerbNames) == static_cast<size_t>(KubeVerb::kProxy) + 1);
+
+std::string_view VerbName(KubeVerb kind) { return kVerbNames[static_cast<size_t>(kind)]; }
+
+}  // namespace
+
 KubeVerb KubeVerbOf(std::string_view verb) {
-  // By length first: one string compare at most (this runs per request).
-  auto is = [&](std::string_view name, KubeVerb kind) {
-    return verb == name ? kind : KubeVerb::kOther;
-  };
+  // By length and first letters: one string compare at most (this runs per request).
+  auto is = [&](KubeVerb kind) { return verb == VerbName(kind) ? kind : KubeVerb::kOther; };
   switch (verb.size()) {
-    case 3: return is("get", KubeVerb::kGet);
-    case 4: return is("list", KubeVerb::kList);
+    case 3: return is(KubeVerb::kGet);
+    case 4: return is(KubeVerb::kList);
     case 5:
-      if (verb[0] == 'w') return is("watch", KubeVerb::kWatch);
-      return verb[0] == 'p' && verb[1] == 'a' ? is("patch", KubeVerb::kPatch)
-                                              : is("proxy", KubeVerb::kProxy);
+      if (verb[0] == 'w') return is(KubeVerb::kWatch);
+      return verb[1] == 'a' ? is(KubeVerb::kPatch) : is(KubeVerb::kProxy);
     case 6:
-      if (verb[0] == 'c') return is("create", KubeVerb::kCreate);
-      return verb[0] == 'u' ? is("update", KubeVerb::kUpdate) : is("delete", KubeVerb::kDelete);
-    case 16: return is("deletecollection", KubeVerb::kDeleteCollection);
+      if (verb[0] == 'c') return is(KubeVerb::kCreate);
+      return verb[0] == 'u' ? is(KubeVerb::kUpdate) : is(KubeVerb::kDelete);
+    case 16: return is(KubeVerb::kDeleteCollection);
     default: return KubeVerb::kOther;
   }
 }
@@ -593,10 +601,7 @@ void Set(std::string& field, std::string_view value) {
 
 // A kube verb upstream's rules name, as both the string and the number.
 void SetVerb(RequestInfo& info, KubeVerb kind) {
-  static constexpr std::string_view kNames[] = {
-      "", "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "proxy"};
-  static_assert(std::size(kNames) == static_cast<size_t>(KubeVerb::kProxy) + 1);
-  Set(info.verb, kNames[static_cast<size_t>(kind)]);
+  Set(info.verb, VerbName(kind));
   info.verb_kind = kind;
 }
 

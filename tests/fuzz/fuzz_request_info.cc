@@ -22,6 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static QueryParams reused_query;
   ParseRequestInfoInto(method, target, reused, /*parts=*/nullptr, &reused_query);
   if (!(reused == info) || !(QueryShapeOf(reused, reused_query) == shape)) abort();
+  // The verb's number, set rule by rule, names the verb's string.
+  if (info.verb_kind != KubeVerbOf(info.verb)) abort();
   RequestRecord r;
   r.method = std::string(method);
   r.path = std::string(target);
