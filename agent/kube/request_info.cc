@@ -562,7 +562,7 @@ constexpr std::string_view kVerbNames[] = {
     "", "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "proxy"};
 static_assert(std::size(kVerbNames) == static_cast<size_t>(KubeVerb::kProxy) + 1);
 
-std::string_view VerbName(KubeVerb kind) { return kVerbNames[static_cast<size_t>(kind)]; }
+constexpr std::string_view VerbName(KubeVerb kind) { return kVerbNames[static_cast<size_t>(kind)]; }
 
 }  // namespace
 
