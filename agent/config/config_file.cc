@@ -84,12 +84,30 @@ const Range kTracked{1, 10'000'000};  // keys, objects, clients held in memory
 const Range kCount{1, 1'000'000};
 const Range kPid{1, 4'194'304};  // PID_MAX_LIMIT
 
+// Text from the file as an error message shows it: bytes other than printable ASCII as \xNN
+// (a terminal escape in a key name reaches the log as text), at most 100 of them.
+std::string Shown(std::string_view text) {
+  constexpr size_t kMaxShown = 100;
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < kMaxShown; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 0xf]};
+    }
+  }
+  if (text.size() > kMaxShown) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
 std::string DescribeNode(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Sequence: return "a list";
     case YAML::NodeType::Map: return "a map";
     case YAML::NodeType::Null: return "nothing";
-    default: return "'" + node.Scalar() + "'";
+    default: return "'" + Shown(node.Scalar()) + "'";
   }
 }
 
@@ -113,7 +131,7 @@ Check ParseNumber(const YAML::Node& node, const Range& range, T& out) {
     return Problem{expected + ", got " + DescribeNode(node), node.Mark()};
   }
   if (std::string v = range.Violation(value); !v.empty()) {
-    return Problem{v + ", got " + text, node.Mark()};
+    return Problem{v + ", got " + Shown(text), node.Mark()};
   }
   out = static_cast<T>(value);
   return std::nullopt;
@@ -509,7 +527,7 @@ const Schema& TheSchema() {
 }
 
 std::string Located(const std::string& source, const std::string& path, const Problem& p) {
-  std::string out = source + ": " + (path.empty() ? "" : path + ": ") + p.what;
+  std::string out = source + ": " + (path.empty() ? "" : Shown(path) + ": ") + p.what;
   if (!p.where.is_null()) out += " (line " + std::to_string(p.where.line + 1) + ")";
   return out;
 }

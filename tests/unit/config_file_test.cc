@@ -134,6 +134,27 @@ TEST(ConfigFile, EffectiveConfigReadsBackToTheSameOptions) {
   EXPECT_EQ(back->alertmanager.timeout, std::chrono::milliseconds(1500));
 }
 
+// A key or value from the file reaches the error (and the log) as text: control and non-ASCII
+// bytes as \xNN, at most 100 bytes of it.
+TEST(ConfigFile, HostileKeysAndValuesAreShownEscapedAndCut) {
+  auto escape = Apply("detectors:\n  \"\\e[2J\\u00e9\": 1\n");
+  ASSERT_FALSE(escape.ok());
+  const std::string& m = escape.error().message;
+  EXPECT_EQ(m.substr(0, m.find(';')), "cfg.yaml: detectors.\\x1b[2J\\xc3\\xa9: unknown key (line 2)");
+  EXPECT_EQ(m.find('\x1b'), std::string::npos) << m;
+
+  auto value = Apply("detectors:\n  list_storm:\n    list_rate: \"5\\a\"\n");
+  ASSERT_FALSE(value.ok());
+  EXPECT_NE(value.error().message.find("'5\\x07'"), std::string::npos) << value.error().message;
+  EXPECT_EQ(value.error().message.find('\a'), std::string::npos) << value.error().message;
+
+  auto long_key = Apply("detectors:\n  " + std::string(300, 'k') + ": 1\n");
+  ASSERT_FALSE(long_key.ok());
+  const std::string& l = long_key.error().message;
+  EXPECT_EQ(l.substr(0, l.find(';')),
+            "cfg.yaml: detectors." + std::string(90, 'k') + "... (310 bytes): unknown key (line 2)");
+}
+
 TEST(ConfigFile, UnknownKeyNamesPathLineAndTheKnownKeys) {
   auto o = Apply(R"(
 detectors:
