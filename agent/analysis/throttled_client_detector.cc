@@ -66,15 +66,23 @@ void ThrottledClientDetector::CountResource(Client& c, const RequestRecord& r,
 void ThrottledClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   if (config_.allow.Allows(r.identity->user)) return;
   ++observed_;
-  Client& c = clients_.FindOrInsert(
-      KeysOf(r).client,
-      [&] {
-        Client fresh(ring_);
-        fresh.identity = r.identity;
-        return fresh;
-      },
-      [&](uint64_t, Client& victim) { evicted_.Evict(victim.alert, now_ns); },
-      [&](Client& reused) { reused.Reset(r.identity); });
+  const uint64_t key = KeysOf(r).client;
+  const int64_t now_s = now_ns / kNsPerSecond;
+  // A 429 begins tracking; another answer counts only for a client already tracked.
+  Client* tracked = r.status != 429 ? clients_.Touch(key)
+                                    : &clients_.FindOrInsert(
+                                          key,
+                                          [&] {
+                                            Client fresh(ring_);
+                                            fresh.Reset(r.identity, now_s);
+                                            return fresh;
+                                          },
+                                          [&](uint64_t, Client& victim) {
+                                            evicted_.Evict(victim.alert, now_ns);
+                                          },
+                                          [&](Client& reused) { reused.Reset(r.identity, now_s); });
+  if (tracked == nullptr) return;
+  Client& c = *tracked;
   KeepLatestIdentity(c.identity, r);
   c.requests.Add(now_ns);
   if (!r.response.priority_level.empty()) c.priority_level = r.response.priority_level;
@@ -83,7 +91,7 @@ void ThrottledClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
 
   c.throttled.Add(now_ns);
   CountResource(c, r, now_ns);
-  const int64_t second = now_ns / kNsPerSecond;
+  const int64_t second = now_s;
   if (second - c.last_throttled_s >= static_cast<int64_t>(ring_)) {
     c.retry_after_min_s = c.retry_after_max_s = -1;  // a new run of 429s
   }
@@ -98,8 +106,14 @@ StormEvidence ThrottledClientDetector::BuildEvidence(const Client& c, int64_t la
                                                      int64_t now_ns) const {
   const int window = config_.sustain_s;
   const double throttled = c.throttled.Sum(last, window) / window;
-  const double requests = c.requests.Sum(last, window) / window;
-  const double limit = FlatClientGoLimit(c.requests, last, window, config_.flat_tolerance);
+  // The request rate over the window's seconds the client was tracked for whole: the second
+  // of its first 429 misses the requests before it (counted alone only when there is no other).
+  const int64_t whole_seconds = last - c.tracked_since_s;
+  const int rate_window = static_cast<int>(std::clamp<int64_t>(whole_seconds, 1, window));
+  const double requests = c.requests.Sum(last, rate_window) / rate_window;
+  const double limit =
+      whole_seconds >= 1 ? FlatClientGoLimit(c.requests, last, rate_window, config_.flat_tolerance)
+                         : 0;
 
   std::vector<std::pair<double, const ResourceThrottles*>> top;
   for (const ResourceThrottles& t : c.resources) {
@@ -124,6 +138,7 @@ StormEvidence ThrottledClientDetector::BuildEvidence(const Client& c, int64_t la
   e.details = {{"throttled_per_second", Round2(throttled)},
                {"requests_per_second", Round2(requests)},
                {"window_s", window},
+               {"requests_window_s", rate_window},
                {"retry_after_min_s", c.retry_after_min_s},
                {"retry_after_max_s", c.retry_after_max_s},
                {"priority_level", c.priority_level},

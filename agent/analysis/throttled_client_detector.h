@@ -6,6 +6,9 @@
 // is throttled, what it asked for, the Retry-After values and APF level it got, and whether
 // its own request rate sits flat at a client-go QPS limit (its client-side limiter is pinned
 // too: the client is throttled on both sides).
+// A client is tracked from its first 429 on (most clients are never throttled: the table
+// holds those that are, not every client of the API server); its request rate is then taken
+// over the complete seconds it was tracked for.
 // State is bounded: at most max_clients identities, least recently seen evicted first.
 // Not thread-safe: one owner calls Observe and Evaluate.
 #pragma once
@@ -64,13 +67,15 @@ class ThrottledClientDetector final : public StormDetector {
     int retry_after_min_s = -1;
     int retry_after_max_s = -1;
     int64_t last_throttled_s = INT64_MIN / 2;
+    int64_t tracked_since_s = 0;  // the second of the 429 that began tracking it
     std::string priority_level;
     std::string flow_schema;
     StormAlert alert{ResolvedEvidence::kLatest};
 
     // As a new Client of `who`, its buffers kept (BoundedLru's reuse of an evicted one).
-    void Reset(IdentityRef who) {
+    void Reset(IdentityRef who, int64_t now_s) {
       identity = std::move(who);
+      tracked_since_s = now_s;
       requests.Clear();
       throttled.Clear();
       resources.clear();

@@ -142,7 +142,9 @@ TEST(ThrottledClientTest, NoClientSideLimitWhenTheRateIsNotFlat) {
   ASSERT_EQ(firing.size(), 1u);
   EXPECT_EQ(firing[0].evidence.details["client_side_limit"], false);
   EXPECT_EQ(firing[0].evidence.details["client_side_limit_qps"], 0.0);
-  EXPECT_EQ(firing[0].evidence.details["requests_per_second"], 20.0);
+  // Over seconds 1..9, the whole ones since the first 429: 5 x 30 + 4 x 10 requests.
+  EXPECT_EQ(firing[0].evidence.details["requests_window_s"], 9);
+  EXPECT_EQ(firing[0].evidence.details["requests_per_second"], 21.11);
   EXPECT_EQ(firing[0].evidence.details["retry_after_min_s"], 3);
 }
 
@@ -234,8 +236,9 @@ TEST(ThrottledClientTest, EvictionKeepsClientsBoundedAndResolvesFiringOnes) {
   ThrottledClientDetector det(config);
   DetectorSim sim(det);
   std::vector<Event> events = PerSecond(Put(kWorker, 429), 3, 0, 12 * kSec);
-  events.push_back({12 * kSec + 5, Put(Sa("x", "one"), 200)});
-  events.push_back({12 * kSec + 6, Put(Sa("x", "two"), 200)});
+  // Two other clients' first 429s take the two places.
+  events.push_back({12 * kSec + 5, Put(Sa("x", "one"), 429)});
+  events.push_back({12 * kSec + 6, Put(Sa("x", "two"), 429)});
   sim.Run(std::move(events), 60 * kSec);
   ASSERT_EQ(sim.Of(StormState::kFiring).size(), 1u);
   auto resolved = sim.Of(StormState::kResolved);
@@ -248,6 +251,46 @@ TEST(ThrottledClientTest, EvictionKeepsClientsBoundedAndResolvesFiringOnes) {
   EXPECT_EQ(many.Stats().tracked, 2u);
   EXPECT_EQ(many.Stats().evictions, 9'998u);
   EXPECT_EQ(many.Stats().observed, 10'000u);
+}
+
+TEST(ThrottledClientTest, ClientsAreTrackedFromTheirFirst429) {
+  ThrottledClientConfig config;
+  config.max_clients = 4;
+  ThrottledClientDetector det(config);
+  // 1,000 clients answered 200 take no place and evict nothing.
+  for (int i = 0; i < 1'000; ++i) det.Observe(Put(Sa("x", std::to_string(i)), 200), i * kMs);
+  EXPECT_EQ(det.Stats().tracked, 0u);
+  EXPECT_EQ(det.Stats().evictions, 0u);
+  EXPECT_EQ(det.Stats().observed, 1'000u);
+  det.Observe(Put(Sa("x", "7"), 429), kSec);
+  det.Observe(Put(Sa("x", "7"), 200), kSec + 1);  // tracked now: counted
+  det.Observe(Put(Sa("x", "8"), 200), kSec + 2);
+  EXPECT_EQ(det.Stats().tracked, 1u);
+}
+
+TEST(ThrottledClientTest, RequestRateCountsOnlyWholeTrackedSeconds) {
+  ThrottledClientDetector det;
+  DetectorSim sim(det);
+  // 20 requests/s from 0 s, flat at client-go QPS 20; from 5.5 s on, 4 of each second's 20 are
+  // 429s (the half second before the first one is not seen: the client was not tracked).
+  std::vector<Event> events = PerSecond(Put(kWorker, 200), 20, 0, 5500 * kMs);
+  Append(events, PerSecond(Put(kWorker, 200), 16, 5500 * kMs, 30 * kSec));
+  Append(events, PerSecond(Put(kWorker, 429, 1), 4, 5500 * kMs, 30 * kSec));
+  sim.Run(std::move(events), 30 * kSec);
+  auto firing = sim.Of(StormState::kFiring);
+  ASSERT_EQ(firing.size(), 1u);
+  const StormEvidence& e = firing[0].evidence;
+  EXPECT_EQ(firing[0].at_ns, 15 * kSec);  // seconds 5..14 with 429s
+  EXPECT_EQ(e.details["window_s"], 10);
+  // Seconds 6..14: of second 5 only the 9 requests from the first 429 on were seen.
+  EXPECT_EQ(e.details["requests_window_s"], 9);
+  EXPECT_EQ(e.details["requests_per_second"], 20.0);
+  EXPECT_EQ(e.details["client_side_limit"], true);
+  EXPECT_EQ(e.details["client_side_limit_qps"], 20.0);
+  // Later evidence (refreshed) spans the whole window.
+  ASSERT_EQ(det.Active().size(), 1u);
+  EXPECT_EQ(det.Active()[0].details["requests_window_s"], 10);
+  EXPECT_EQ(det.Active()[0].details["requests_per_second"], 20.0);
 }
 
 }  // namespace
