@@ -20,11 +20,15 @@ class SecondRing {
   T* Slot(int64_t s) {
     const auto n = static_cast<int64_t>(slots_.size());
     if (s > head_) {
-      // A key seen again after the ring's span (most keys, when there are many) clears it
-      // whole; otherwise the skipped seconds, walking the index rather than dividing per slot.
       if (s - head_ >= n) {
-        std::fill(slots_.begin(), slots_.end(), T{});
+        // Past the ring's span (a key seen again after long, or new): no second before `s`
+        // holds anything; only its own slot is cleared, the others are read as empty (valid_from_)
+        // until the ring advances over them. With many keys most are in this case, and
+        // clearing whole rings was the detectors' largest memory traffic.
+        valid_from_ = s;
+        slots_[Index(s)] = T{};
       } else {
+        // The skipped seconds, walking the index rather than dividing per slot.
         size_t i = Index(head_ + 1);
         for (int64_t t = head_ + 1; t <= s; ++t) {
           slots_[i] = T{};
@@ -32,15 +36,18 @@ class SecondRing {
         }
       }
       head_ = s;
-    } else if (s <= head_ - n) {
-      return nullptr;
+    } else if (s < Oldest()) {
+      if (s <= head_ - n) return nullptr;
+      // Within the span but before a jump: the stale slots from `s` on are cleared and held.
+      for (int64_t t = s; t < valid_from_; ++t) slots_[Index(t)] = T{};
+      valid_from_ = s;
     }
     return &slots_[Index(s)];
   }
 
   // The value of second `s`; T{} when outside the ring.
   T At(int64_t s) const {
-    if (s > head_ || s <= head_ - static_cast<int64_t>(slots_.size())) return T{};
+    if (s > head_ || s < Oldest()) return T{};
     return slots_[Index(s)];
   }
 
@@ -48,8 +55,7 @@ class SecondRing {
   // are T{}): a window's sum without At()'s range check and modulo per second.
   template <typename F>
   void ForEachIn(int64_t from, int64_t to, F f) const {
-    const auto n = static_cast<int64_t>(slots_.size());
-    from = std::max(from, head_ - n + 1);
+    from = std::max(from, Oldest());
     to = std::min(to, head_);
     if (from > to) return;
     size_t i = Index(from);
@@ -60,10 +66,10 @@ class SecondRing {
   }
 
   size_t seconds() const { return slots_.size(); }
-  // Empty again, as newly made (the buffer kept).
+  // Empty again, as newly made (the buffer kept, not cleared: Slot clears what it reuses).
   void Clear() {
-    std::fill(slots_.begin(), slots_.end(), T{});
     head_ = INT64_MIN / 2;
+    valid_from_ = INT64_MIN / 2;
   }
 
  private:
@@ -73,8 +79,15 @@ class SecondRing {
     return static_cast<size_t>(i < 0 ? i + n : i);
   }
 
+  // The oldest second whose slot holds its value: the ring's span back from the newest, or
+  // later when the ring jumped to a second past its span (the slots before hold stale values).
+  int64_t Oldest() const {
+    return std::max(head_ - static_cast<int64_t>(slots_.size()) + 1, valid_from_);
+  }
+
   std::vector<T> slots_;
   int64_t head_ = INT64_MIN / 2;
+  int64_t valid_from_ = INT64_MIN / 2;  // seconds before it read as T{}
 };
 
 }  // namespace stormwatch

@@ -408,7 +408,8 @@ TEST(SecondRingTest, ForEachInEqualsAtOverAnyRange) {
 
 
 // Slot() against a model (second -> count, only the newest `n` seconds kept): small steps,
-// jumps past the ring's span (cleared whole), late seconds, and seconds before the epoch.
+// jumps past the ring's span (the slots keep stale values, read as 0), late seconds (before a
+// jump too), Clear(), and seconds before the epoch.
 TEST(SecondRingTest, SlotsHoldExactlyTheNewestSecondsAcrossJumps) {
   constexpr int64_t kSeconds = 5;
   SecondRing<uint32_t> ring(kSeconds);
@@ -419,6 +420,11 @@ TEST(SecondRingTest, SlotsHoldExactlyTheNewestSecondsAcrossJumps) {
   int64_t now = -23;  // monotonic seconds are positive; the ring does not rely on it
   for (int step = 0; step < 20000; ++step) {
     const uint64_t r = next() >> 33;
+    if (r % 211 == 0) {  // emptied (a reused entry's): its slots' stale values read as 0
+      ring.Clear();
+      model.clear();
+      newest = INT64_MIN;
+    }
     now += r % 10 == 0 ? static_cast<int64_t>(r % 13) : static_cast<int64_t>(r % 3);
     const int64_t s = now - static_cast<int64_t>((next() >> 40) % 8);  // sometimes too late
     newest = std::max(newest, s);
