@@ -46,15 +46,21 @@ void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   // Identity = user + pod: replicas of one service account are told apart by their pod.
   const RecordKeys keys = KeysOf(r);
   const uint64_t key = CombineKeys(keys.client, keys.resource);
-  Entry& e = entries_.FindOrInsert(
-      key,
-      [&] {
-        Entry fresh(ring_);
-        fresh.Reset(r, now_ns / kNsPerSecond);
-        return fresh;
-      },
-      [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); },
-      [&](Entry& reused) { reused.Reset(r, now_ns / kNsPerSecond); });
+  // A 409 begins tracking the key; another write counts only for a key already tracked (most
+  // writers never conflict: the table holds those that do, not every writer).
+  Entry* tracked = r.status != 409
+                       ? entries_.Touch(key)
+                       : &entries_.FindOrInsert(
+                             key,
+                             [&] {
+                               Entry fresh(ring_);
+                               fresh.Reset(r, now_ns / kNsPerSecond);
+                               return fresh;
+                             },
+                             [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); },
+                             [&](Entry& reused) { reused.Reset(r, now_ns / kNsPerSecond); });
+  if (tracked == nullptr) return;
+  Entry& e = *tracked;
   KeepLatestIdentity(e.identity, r);
   e.writes.Add(now_ns);
   if (status) e.status_writes.Add(now_ns);
@@ -75,7 +81,9 @@ void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
 
 bool ConflictStormDetector::Holds(const Entry& e, int64_t last) const {
   const int n = config_.sustain_s;
-  if (e.first_seen_s > last - n + 1) return false;
+  // Judged once tracked for the whole window: the second of the first 409 is not (the writes
+  // before that 409 were not counted), so the window begins after it.
+  if (e.first_seen_s > last - n) return false;
   const double writes = e.writes.Sum(last, n);
   const double conflicts = e.conflicts.Sum(last, n);
   if (writes <= 0 || conflicts / writes < config_.conflict_ratio) return false;
@@ -173,8 +181,9 @@ std::vector<StormTransition> ConflictStormDetector::Evaluate(int64_t now_ns) {
     auto it = top.find(key);
     if (it == top.end()) continue;
     if (!e.alert.firing()) {
-      // Since the first second of the window that saw a 409.
-      int64_t since = last - n + 1;
+      // Since the first second of the window that saw a 409, or the second of the 409 that
+      // began tracking the key when the window begins right after it.
+      int64_t since = e.first_seen_s == last - n ? e.first_seen_s : last - n + 1;
       while (since < last && e.conflicts.At(since) <= 0) ++since;
       out.push_back(
           e.alert.Fire(BuildEvidence(e, last, now_ns, it->second), since * kNsPerSecond, now_ns));

@@ -3,8 +3,9 @@
 // Per (identity, group, resource), writes are PUT/PATCH (verbs update and patch) on the main
 // resource or its /status. Over the last sustain_s complete seconds: conflicts (409) / writes
 // >= conflict_ratio AND conflicts/s >= conflict_rate (averaged), with 409s in at least
-// min_conflict_seconds of those seconds, fires (once the key was watched for the whole
-// window). Averages, not per-second thresholds: a
+// min_conflict_seconds of those seconds, fires (once the key was tracked for the whole
+// window: a key is tracked from its first 409, the window begins after that second).
+// Averages, not per-second thresholds: a
 // retrying client's 409s come in waves of backoff. Resolved after resolve_s consecutive
 // seconds each under the rate or under the ratio. A busy controller's occasional 409s (a few
 // percent) stay silent.
@@ -47,7 +48,7 @@ class ConflictStormDetector final : public StormDetector {
     IdentityRef identity;
     std::string api_group;
     std::string resource;
-    int64_t first_seen_s = 0;        // the window is judged only once watched whole
+    int64_t first_seen_s = 0;        // its first 409's: judged once tracked a whole window after
     SecondBuckets writes;            // all writes, /status included
     SecondBuckets conflicts;
     SecondBuckets status_writes;     // the /status share of the two above

@@ -53,15 +53,17 @@ TEST(ConflictStormTest, RetryStormFiresWithEvidenceAndResolves) {
   auto firing = sim.Of(StormState::kFiring);
   ASSERT_EQ(firing.size(), 1u);
   const StormEvidence& e = firing[0].evidence;
-  EXPECT_EQ(firing[0].at_ns, 30 * kSec);
+  // Tracked from the first 409 (second 0, after one write that was not counted): judged on
+  // seconds 1..30, the first window it was tracked for whole.
+  EXPECT_EQ(firing[0].at_ns, 31 * kSec);
   EXPECT_EQ(e.storm, "conflict_storm");
   EXPECT_EQ(e.identity.user, "system:serviceaccount:ops:cr-controller");
   EXPECT_EQ(e.identity.pod_name, "cr-controller-6f7-qwert");
   EXPECT_EQ(e.api_group, "example.com");
   EXPECT_EQ(e.resource, "widgets");
   EXPECT_EQ(e.namespace_, "team-a");
-  EXPECT_EQ(e.since_ns, 0);
-  EXPECT_EQ(e.fired_ns, 30 * kSec);
+  EXPECT_EQ(e.since_ns, 0);  // the second of the first 409
+  EXPECT_EQ(e.fired_ns, 31 * kSec);
   EXPECT_EQ(e.details["conflict_ratio"], 0.4);
   EXPECT_EQ(e.details["conflicts_per_second"], 8.0);
   EXPECT_EQ(e.details["writes_per_second"], 20.0);
@@ -127,12 +129,13 @@ TEST(ConflictStormTest, SustainWindowBothSides) {
   {
     ConflictStormDetector det;
     DetectorSim sim(det);
-    // 29 s of 409s: 9.7/s averaged over the 30 s window and 29 of its seconds (>= 24) hold
-    // a 409: the averaged rule fires once the window has been watched whole.
+    // 29 s of 409s: 9.3/s averaged over the 30 s window after the first 409's second and 28
+    // of its seconds (>= 24) hold a 409: the averaged rule fires once the key has been tracked
+    // for a whole window.
     sim.Run(Traffic(kWorkers, "w-1", 10, 10, 0, 29 * kSec), 60 * kSec);
     auto firing = sim.Of(StormState::kFiring);
     ASSERT_EQ(firing.size(), 1u);
-    EXPECT_EQ(firing[0].at_ns, 30 * kSec);
+    EXPECT_EQ(firing[0].at_ns, 31 * kSec);
   }
   {
     ConflictStormDetector det;
@@ -239,8 +242,10 @@ TEST(ConflictStormTest, EvictionKeepsStateBoundedAndResolvesFiringKeys) {
   ConflictStormDetector det(config);
   DetectorSim sim(det);
   std::vector<Event> events = Traffic(kWorkers, "w-1", 0, 6, 0, 31 * kSec);
-  events.push_back({31 * kSec + 5, Write(Sa("x", "one"), "w-1", 200)});
-  events.push_back({31 * kSec + 6, Write(Sa("x", "two"), "w-1", 200)});
+  // Two other writers' first 409s take the two places (writes without a 409 take none).
+  events.push_back({31 * kSec + 3, Write(Sa("x", "zero"), "w-1", 200)});
+  events.push_back({31 * kSec + 5, Write(Sa("x", "one"), "w-1", 409)});
+  events.push_back({31 * kSec + 6, Write(Sa("x", "two"), "w-1", 409)});
   sim.Run(std::move(events), 90 * kSec);
   ASSERT_EQ(sim.Of(StormState::kFiring).size(), 1u);
   auto resolved = sim.Of(StormState::kResolved);
@@ -252,6 +257,36 @@ TEST(ConflictStormTest, EvictionKeepsStateBoundedAndResolvesFiringKeys) {
   for (int i = 0; i < 5000; ++i) many.Observe(Write(kWorkers, "w-" + std::to_string(i), 409), i);
   EXPECT_EQ(many.Stats().tracked, 1u + 100u);
   EXPECT_EQ(many.Stats().evictions, 4900u);
+}
+
+TEST(ConflictStormTest, KeysAreTrackedFromTheirFirst409) {
+  ConflictStormConfig config;
+  config.max_keys = 4;
+  {
+    ConflictStormDetector det(config);
+    // 1,000 writers that never conflict take no place and evict nothing.
+    for (int i = 0; i < 1'000; ++i) det.Observe(Write(Sa("x", std::to_string(i)), "w-1", 200), i);
+    EXPECT_EQ(det.Stats().tracked, 0u);
+    EXPECT_EQ(det.Stats().evictions, 0u);
+    EXPECT_EQ(det.Stats().observed, 1'000u);
+    det.Observe(Write(Sa("x", "7"), "w-1", 409), kSec);
+    det.Observe(Write(Sa("x", "8"), "w-1", 200), kSec + 1);
+    EXPECT_EQ(det.Stats().tracked, 2u);  // the key and its contended object
+  }
+  // 20 writes/s from 0 s; from 5.5 s on, 6 of each second's 20 are 409s. The key is tracked
+  // from 5.5 s: second 5 is not whole (its writes before the first 409 were not counted), so
+  // the first window judged is seconds 6..35.
+  ConflictStormDetector det(config);
+  DetectorSim sim(det);
+  std::vector<Event> events = Traffic(kWorkers, "w-1", 20, 0, 0, 5500 * kMs);
+  Append(events, Traffic(kWorkers, "w-1", 14, 6, 5500 * kMs, 60 * kSec));
+  sim.Run(std::move(events), 60 * kSec);
+  auto firing = sim.Of(StormState::kFiring);
+  ASSERT_EQ(firing.size(), 1u);
+  EXPECT_EQ(firing[0].at_ns, 36 * kSec);
+  EXPECT_EQ(firing[0].evidence.since_ns, 5 * kSec);
+  EXPECT_EQ(firing[0].evidence.details["conflict_ratio"], 0.3);
+  EXPECT_EQ(firing[0].evidence.details["writes_per_second"], 20.0);
 }
 
 }  // namespace
