@@ -37,6 +37,7 @@ ThrottledClientDetector::ThrottledClientDetector(ThrottledClientConfig config)
   config_.resolve_s = std::max(config_.resolve_s, 1);
   // +1: the second in progress occupies a slot besides the complete ones looked at.
   ring_ = static_cast<size_t>(std::max(config_.sustain_s, config_.resolve_s)) + 1;
+  window_ring_ = static_cast<size_t>(config_.sustain_s) + 1;
 }
 
 void ThrottledClientDetector::CountResource(Client& c, const RequestRecord& r,
@@ -47,17 +48,19 @@ void ThrottledClientDetector::CountResource(Client& c, const RequestRecord& r,
   auto it = std::find_if(c.resources.begin(), c.resources.end(), same);
   if (it == c.resources.end()) {
     if (c.resources.size() < kMaxResourcesPerClient) {
-      c.resources.push_back({r.info.api_group, r.info.resource, SecondBuckets(ring_)});
+      c.resources.push_back({r.info.api_group, r.info.resource, SecondBuckets(window_ring_)});
       it = c.resources.end() - 1;
     } else {
-      // Full: the resource with the fewest recent 429s makes room.
+      // Full: the resource with the fewest recent 429s makes room (its buffers reused).
       const int64_t last = now_ns / kNsPerSecond;
-      const int window = static_cast<int>(ring_);
+      const int window = static_cast<int>(window_ring_);
       it = std::min_element(c.resources.begin(), c.resources.end(),
                             [&](const ResourceThrottles& a, const ResourceThrottles& b) {
                               return a.throttled.Sum(last, window) < b.throttled.Sum(last, window);
                             });
-      *it = {r.info.api_group, r.info.resource, SecondBuckets(ring_)};
+      it->api_group.assign(r.info.api_group);
+      it->resource.assign(r.info.resource);
+      it->throttled.Clear();
     }
   }
   it->throttled.Add(now_ns);
@@ -73,7 +76,7 @@ void ThrottledClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
                                     : &clients_.FindOrInsert(
                                           key,
                                           [&] {
-                                            Client fresh(ring_);
+                                            Client fresh(ring_, window_ring_);
                                             fresh.Reset(r.identity, now_s);
                                             return fresh;
                                           },

@@ -55,13 +55,13 @@ class ThrottledClientDetector final : public StormDetector {
   struct ResourceThrottles {
     std::string api_group;
     std::string resource;
-    SecondBuckets throttled;
+    SecondBuckets throttled;  // over the sustain window
   };
   struct Client {
-    explicit Client(size_t ring) : requests(ring), throttled(ring) {}
+    Client(size_t ring, size_t window_ring) : requests(window_ring), throttled(ring) {}
     IdentityRef identity;
-    SecondBuckets requests;   // every request the client made (429s included)
-    SecondBuckets throttled;  // its 429s
+    SecondBuckets requests;   // every request the client made (429s included), for the evidence
+    SecondBuckets throttled;  // its 429s, over the sustain and the resolve windows
     std::vector<ResourceThrottles> resources;  // where its 429s landed, a few at most
     // Retry-After values of the current run of 429s (reset after a quiet ring).
     int retry_after_min_s = -1;
@@ -91,7 +91,8 @@ class ThrottledClientDetector final : public StormDetector {
   StormEvidence BuildEvidence(const Client& c, int64_t last, int64_t now_ns) const;
 
   ThrottledClientConfig config_;
-  size_t ring_;
+  size_t ring_;         // seconds kept of 429s: the sustain and resolve windows (+1: in progress)
+  size_t window_ring_;  // of the rest, read only over the sustain window for the evidence
   BoundedLru<uint64_t, Client> clients_;  // by RecordKeys::client
   EvictedAlerts evicted_;
   uint64_t observed_ = 0;
