@@ -99,8 +99,12 @@ class SpaceSaving {
   // The slot holding `key`, or kNone.
   uint32_t Find(KeyArg key) const {
     if (scan_) {
-      for (uint32_t i = 0; i < slots_.size(); ++i) {
-        if (slots_[i].bucket != kNone && slots_[i].key == key) return i;
+      // Up to the last used slot: used slots come first (a free one is taken lowest first), so
+      // a sketch with one key reads one slot, an empty one none.
+      for (uint32_t i = 0, left = static_cast<uint32_t>(used_); left > 0 && i < slots_.size(); ++i) {
+        if (slots_[i].bucket == kNone) continue;
+        if (slots_[i].key == key) return i;
+        --left;
       }
       return kNone;
     }
@@ -306,9 +310,12 @@ void SpaceSaving<Payload, Key>::SetKey(uint32_t i, KeyArg key) {
 
 template <typename Payload, typename Key>
 void SpaceSaving<Payload, Key>::Clear() {
-  // Only used slots are reset (a client's peers are cleared each time its entry is reused).
-  for (Slot& slot : slots_) {
-    if (slot.bucket != kNone) ResetSlot(slot);
+  // Only used slots are reset, and the scan stops at the last (a client's peers are cleared
+  // each time its entry is reused, its slots cold: a client of one peer touches one slot).
+  for (size_t i = 0, left = used_; left > 0 && i < slots_.size(); ++i) {
+    if (slots_[i].bucket == kNone) continue;
+    ResetSlot(slots_[i]);
+    --left;
   }
   used_ = 0;
   next_seq_ = 0;

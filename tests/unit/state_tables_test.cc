@@ -293,6 +293,28 @@ TEST(SpaceSavingTest, ClearedSketchCountsAsANewOne) {
   EXPECT_EQ(used.size(), fresh.size());
 }
 
+// A small (scanned) sketch reads its slots only up to the last used one: a slot freed by Erase
+// before used ones must not end the scan early, in Add, Guaranteed or Clear.
+TEST(SpaceSavingTest, ScannedSketchLooksPastAFreedSlot) {
+  SpaceSaving<std::string> sketch(8);
+  for (const char* key : {"a", "b", "c", "d"}) sketch.Add(key);
+  sketch.Erase("b");  // slot 1 free, "c" and "d" after it
+  sketch.Add("a");    // the last added is "a" now: "d" is found by the scan
+  sketch.Add("d");
+  EXPECT_EQ(sketch.size(), 3u);
+  EXPECT_EQ(sketch.Guaranteed("d"), 2u);
+  EXPECT_EQ(sketch.Guaranteed("c"), 1u);
+  EXPECT_EQ(sketch.Guaranteed("b"), 0u);
+  sketch.Erase("a");  // slot 0 free too
+  sketch.Clear();
+  EXPECT_EQ(sketch.size(), 0u);
+  EXPECT_TRUE(sketch.Top(8).empty());
+  for (int i = 0; i < 8; ++i) sketch.Add("n" + std::to_string(i));
+  EXPECT_EQ(sketch.size(), 8u);
+  EXPECT_EQ(sketch.Guaranteed("d"), 0u);
+  EXPECT_EQ(sketch.Top(8).size(), 8u);
+}
+
 TEST(RecordKeys, FieldsAreDelimitedAndKeysFollowTheRecord) {
   EXPECT_NE(HashFields({"ab", "c"}), HashFields({"a", "bc"}));
   EXPECT_EQ(HashFields({"a", "bc"}), HashFields({"a", "bc"}));
