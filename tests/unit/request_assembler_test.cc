@@ -8,6 +8,7 @@
 #include "agent/protocol/request_assembler.h"
 #include "agent/core/tcp_endpoint.h"
 #include "bpf/events.h"
+#include "tests/unit/event_bytes.h"
 
 namespace stormwatch {
 namespace {
@@ -27,10 +28,7 @@ std::vector<uint8_t> RequestBytes(uint32_t tgid, uint64_t conn, uint32_t stream,
   fixed.field_count = field_count_override ? field_count_override : fields.size();
   fixed.fields_kept = fields.size();
   fixed.data_len = data.size();
-  std::vector<uint8_t> out(offsetof(sw_h2_request, data));
-  std::memcpy(out.data(), &fixed, out.size());
-  out.insert(out.end(), data.begin(), data.end());
-  return out;
+  return EventBytes(fixed, offsetof(sw_h2_request, data), data);
 }
 
 std::vector<uint8_t> ResponseBytes(uint32_t tgid, uint64_t conn, uint32_t stream, uint64_t ts,

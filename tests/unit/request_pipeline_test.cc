@@ -11,6 +11,7 @@
 #include "bpf/events.h"
 #include "exporters/alert_log.h"
 #include "exporters/request_metrics.h"
+#include "tests/unit/event_bytes.h"
 
 namespace stormwatch {
 namespace {
@@ -71,10 +72,7 @@ std::vector<uint8_t> RequestEvent(uint64_t conn, uint32_t stream, int64_t ts,
   fixed.data_len = data.size();
   fixed.peer = peer;
   fixed.local = local;
-  std::vector<uint8_t> out(offsetof(sw_h2_request, data));
-  std::memcpy(out.data(), &fixed, out.size());
-  out.insert(out.end(), data.begin(), data.end());
-  return out;
+  return EventBytes(fixed, offsetof(sw_h2_request, data), data);
 }
 
 std::vector<uint8_t> ResponseEvent(uint64_t conn, uint32_t stream, int64_t ts, int64_t status) {

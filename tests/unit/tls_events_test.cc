@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bpf/events.h"
+#include "tests/unit/event_bytes.h"
 
 namespace stormwatch {
 namespace {
@@ -24,10 +25,7 @@ std::vector<uint8_t> DataBytes(uint32_t direction, uint32_t total_len, const std
   fixed.captured = data.size();
   fixed.tail_len = tail.size();
   std::memcpy(fixed.tail, tail.data(), tail.size());
-  std::vector<uint8_t> out(offsetof(sw_tls_data, data));
-  std::memcpy(out.data(), &fixed, out.size());
-  out.insert(out.end(), data.begin(), data.end());
-  return out;
+  return EventBytes(fixed, offsetof(sw_tls_data, data), data);
 }
 
 template <typename T>
