@@ -35,6 +35,7 @@
 #include "agent/pipeline/request_pipeline.h"
 #include "bpf/events.h"
 #include "exporters/prometheus_exporter.h"
+#include "tests/unit/base64url.h"
 
 namespace stormwatch {
 namespace {
@@ -70,26 +71,6 @@ int64_t HeapAndMmappedBytes() {
   return static_cast<int64_t>(m.uordblks + m.hblkhd);
 }
 
-std::string Base64Url(std::string_view in) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
-  }
-  if (in.size() - i == 1) {
-    uint32_t v = uint8_t(in[i]) << 16;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-  } else if (in.size() - i == 2) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    for (int s = 18; s >= 6; s -= 6) out += kAlphabet[(v >> s) & 63];
-  }
-  return out;
-}
-
 // A bound service-account token (never valid: the signature is a placeholder).
 std::string ServiceAccountUser(size_t identity) {
   return "system:serviceaccount:ns-" + std::to_string(identity % 1000) + ":sa-" +
@@ -104,7 +85,7 @@ std::string ServiceAccountToken(const std::string& ns, const std::string& sa) {
        {{"namespace", ns},
         {"pod", {{"name", sa + "-7d9f8"}, {"uid", "p"}}},
         {"serviceaccount", {{"name", sa}, {"uid", "s"}}}}}};
-  return Base64Url(R"({"alg":"RS256","kid":"k"})") + "." + Base64Url(claims.dump()) +
+  return Base64UrlEncode(R"({"alg":"RS256","kid":"k"})") + "." + Base64UrlEncode(claims.dump()) +
          ".c2lnbmF0dXJl";
 }
 

@@ -31,6 +31,7 @@
 #include "agent/record/capture_file.h"
 #include "agent/replay.h"
 #include "exporters/prometheus_exporter.h"
+#include "tests/unit/base64url.h"
 
 // Heap allocations made while the pipeline holds a record (the record's own copy left out):
 // the per-record path should make none (issue: "no per-record allocation on the hot path").
@@ -337,14 +338,6 @@ void BM_Pipeline(benchmark::State& state) {
 // clients each with its own bound service-account token (the capture's clients), requests
 // spread evenly over them as in the capture: ns per request, the cache's hit rate, and what one
 // decode costs (a cache of 1 entry: every request a miss).
-std::string Base64Url(std::string_view in) {
-  std::string out(sodium_base64_ENCODED_LEN(in.size(), sodium_base64_VARIANT_URLSAFE_NO_PADDING), '\0');
-  sodium_bin2base64(out.data(), out.size(), reinterpret_cast<const unsigned char*>(in.data()),
-                    in.size(), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
-  out.resize(std::strlen(out.c_str()));
-  return out;
-}
-
 std::string BearerToken(int client) {
   const std::string ns = "tenant-" + std::to_string(client % 500);
   const std::string sa = "controller-" + std::to_string(client);
@@ -360,8 +353,8 @@ std::string BearerToken(int client) {
         {"pod", {{"name", sa + "-7d9f"}, {"uid", "5e1f2a3b-pod-" + std::to_string(client)}}},
         {"serviceaccount", {{"name", sa}, {"uid", "9a8b7c6d-sa-" + std::to_string(client)}}}}}};
   // A real token's signature is 342 base64url characters (RS256); its bytes are not read.
-  return "Bearer " + Base64Url(R"({"alg":"RS256","kid":"3Hq9fYbTQ2"})") + "." +
-         Base64Url(claims.dump()) + "." + std::string(342, 'S');
+  return "Bearer " + Base64UrlEncode(R"({"alg":"RS256","kid":"3Hq9fYbTQ2"})") + "." +
+         Base64UrlEncode(claims.dump()) + "." + std::string(342, 'S');
 }
 
 void BM_IdentityResolve(benchmark::State& state) {

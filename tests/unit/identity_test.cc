@@ -1,5 +1,6 @@
 // Identity from Authorization + User-Agent. Tokens are built here; none is ever valid.
 #include "agent/kube/identity.h"
+#include "tests/unit/base64url.h"
 
 #include <gtest/gtest.h>
 
@@ -8,28 +9,6 @@
 
 namespace stormwatch {
 namespace {
-
-std::string Base64UrlEncode(std::string_view in) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out.push_back(kAlphabet[(v >> s) & 63]);
-  }
-  if (in.size() - i == 1) {
-    uint32_t v = uint8_t(in[i]) << 16;
-    out.push_back(kAlphabet[(v >> 18) & 63]);
-    out.push_back(kAlphabet[(v >> 12) & 63]);
-  } else if (in.size() - i == 2) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    out.push_back(kAlphabet[(v >> 18) & 63]);
-    out.push_back(kAlphabet[(v >> 12) & 63]);
-    out.push_back(kAlphabet[(v >> 6) & 63]);
-  }
-  return out;
-}
 
 const char kHeader[] = R"({"alg":"RS256","kid":"k1"})";
 

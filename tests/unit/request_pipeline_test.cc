@@ -12,30 +12,12 @@
 #include "exporters/alert_log.h"
 #include "exporters/request_metrics.h"
 #include "tests/unit/event_bytes.h"
+#include "tests/unit/base64url.h"
 
 namespace stormwatch {
 namespace {
 
 constexpr int64_t kSec = 1000000000;
-
-std::string Base64Url(std::string_view in) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += k[(v >> s) & 63];
-  }
-  if (in.size() - i == 1) {
-    uint32_t v = uint8_t(in[i]) << 16;
-    out += k[(v >> 18) & 63];
-    out += k[(v >> 12) & 63];
-  } else if (in.size() - i == 2) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    for (int s = 18; s >= 6; s -= 6) out += k[(v >> s) & 63];
-  }
-  return out;
-}
 
 std::string ServiceAccountToken(const std::string& ns, const std::string& sa, const std::string& pod) {
   nlohmann::json claims = {
@@ -44,7 +26,7 @@ std::string ServiceAccountToken(const std::string& ns, const std::string& sa, co
       {"kubernetes.io",
        {{"namespace", ns}, {"pod", {{"name", pod}, {"uid", "p-1"}}},
         {"serviceaccount", {{"name", sa}, {"uid", "s-1"}}}}}};
-  return Base64Url(R"({"alg":"RS256","kid":"k"})") + "." + Base64Url(claims.dump()) + ".c2lnbmF0dXJl";
+  return Base64UrlEncode(R"({"alg":"RS256","kid":"k"})") + "." + Base64UrlEncode(claims.dump()) + ".c2lnbmF0dXJl";
 }
 
 // An IPv4 end of a connection as the BPF program reports it.
