@@ -94,11 +94,10 @@ void ThrottledClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
 
   c.throttled.Add(now_ns);
   CountResource(c, r, now_ns);
-  const int64_t second = now_s;
-  if (second - c.last_throttled_s >= static_cast<int64_t>(ring_)) {
+  if (now_s - c.last_throttled_s >= static_cast<int64_t>(ring_)) {
     c.retry_after_min_s = c.retry_after_max_s = -1;  // a new run of 429s
   }
-  c.last_throttled_s = std::max(c.last_throttled_s, second);
+  c.last_throttled_s = std::max(c.last_throttled_s, now_s);
   if (const int ra = r.response.retry_after_s; ra >= 0) {
     c.retry_after_min_s = c.retry_after_min_s < 0 ? ra : std::min(c.retry_after_min_s, ra);
     c.retry_after_max_s = std::max(c.retry_after_max_s, ra);
