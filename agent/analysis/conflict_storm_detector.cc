@@ -48,18 +48,19 @@ void ConflictStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const uint64_t key = CombineKeys(keys.client, keys.resource);
   // A 409 begins tracking the key; another write counts only for a key already tracked (most
   // writers never conflict: the table holds those that do, not every writer).
-  Entry* tracked = r.status != 409
-                       ? entries_.Touch(key)
-                       : &entries_.FindOrInsert(
-                             key,
-                             [&] {
-                               Entry fresh(ring_);
-                               fresh.Reset(r, now_ns / kNsPerSecond);
-                               return fresh;
-                             },
-                             [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); },
-                             [&](Entry& reused) { reused.Reset(r, now_ns / kNsPerSecond); });
-  if (tracked == nullptr) return;
+  Entry* tracked = entries_.Touch(key);
+  if (tracked == nullptr) {
+    if (r.status != 409) return;
+    tracked = &entries_.FindOrInsert(
+        key,
+        [&] {
+          Entry fresh(ring_);
+          fresh.Reset(r, now_ns / kNsPerSecond);
+          return fresh;
+        },
+        [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); },
+        [&](Entry& reused) { reused.Reset(r, now_ns / kNsPerSecond); });
+  }
   Entry& e = *tracked;
   KeepLatestIdentity(e.identity, r);
   e.writes.Add(now_ns);

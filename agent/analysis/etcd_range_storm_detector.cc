@@ -34,7 +34,10 @@ EtcdRangeStormDetector::EtcdRangeStormDetector(EtcdRangeStormConfig config)
 }
 
 void EtcdRangeStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
-  if (r.info.verb_kind != KubeVerb::kList || r.shape.consistency != QueryShape::Consistency::kConsistent) return;
+  if (r.info.verb_kind != KubeVerb::kList ||
+      r.shape.consistency != QueryShape::Consistency::kConsistent) {
+    return;
+  }
   if (config_.allow.Allows(r.identity->user)) return;
   ++observed_;
   // By resource name only: etcd's key prefixes carry no API group.

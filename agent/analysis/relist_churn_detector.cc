@@ -33,7 +33,8 @@ RelistChurnDetector::RelistChurnDetector(RelistChurnConfig config)
 
 void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const bool is_watch = r.info.verb_kind == KubeVerb::kWatch;
-  if ((!is_watch && r.info.verb_kind != KubeVerb::kList) || config_.allow.Allows(r.identity->user)) return;
+  if (!is_watch && r.info.verb_kind != KubeVerb::kList) return;
+  if (config_.allow.Allows(r.identity->user)) return;
   ++observed_;
   const int64_t start_ns = StartNs(r, now_ns);
 

@@ -72,19 +72,19 @@ void ThrottledClientDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const uint64_t key = KeysOf(r).client;
   const int64_t now_s = now_ns / kNsPerSecond;
   // A 429 begins tracking; another answer counts only for a client already tracked.
-  Client* tracked = r.status != 429 ? clients_.Touch(key)
-                                    : &clients_.FindOrInsert(
-                                          key,
-                                          [&] {
-                                            Client fresh(ring_, window_ring_);
-                                            fresh.Reset(r.identity, now_s);
-                                            return fresh;
-                                          },
-                                          [&](uint64_t, Client& victim) {
-                                            evicted_.Evict(victim.alert, now_ns);
-                                          },
-                                          [&](Client& reused) { reused.Reset(r.identity, now_s); });
-  if (tracked == nullptr) return;
+  Client* tracked = clients_.Touch(key);
+  if (tracked == nullptr) {
+    if (r.status != 429) return;
+    tracked = &clients_.FindOrInsert(
+        key,
+        [&] {
+          Client fresh(ring_, window_ring_);
+          fresh.Reset(r.identity, now_s);
+          return fresh;
+        },
+        [&](uint64_t, Client& victim) { evicted_.Evict(victim.alert, now_ns); },
+        [&](Client& reused) { reused.Reset(r.identity, now_s); });
+  }
   Client& c = *tracked;
   KeepLatestIdentity(c.identity, r);
   c.requests.Add(now_ns);

@@ -101,7 +101,8 @@ class SpaceSaving {
     if (scan_) {
       // Up to the last used slot: used slots come first (a free one is taken lowest first), so
       // a sketch with one key reads one slot, an empty one none.
-      for (uint32_t i = 0, left = static_cast<uint32_t>(used_); left > 0 && i < slots_.size(); ++i) {
+      uint32_t left = static_cast<uint32_t>(used_);
+      for (uint32_t i = 0; left > 0 && i < slots_.size(); ++i) {
         if (slots_[i].bucket == kNone) continue;
         if (slots_[i].key == key) return i;
         --left;

@@ -30,7 +30,8 @@ void EtcdLinks::Expire(uint64_t now_ns) {
 }
 
 void EtcdLinks::Match(RequestRecord& r) {
-  if (!seen_etcd_ || r.info.verb_kind != KubeVerb::kList || r.shape.consistency != QueryShape::Consistency::kConsistent) {
+  if (!seen_etcd_ || r.info.verb_kind != KubeVerb::kList ||
+      r.shape.consistency != QueryShape::Consistency::kConsistent) {
     return;
   }
   ++stats_.lists;
