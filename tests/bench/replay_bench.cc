@@ -6,7 +6,9 @@
 // over 100,000 objects of 8 resources, GETs, LISTs (a third consistent), WATCHes, PUTs (some
 // 409s), PATCHes, DELETEs and 429s, at 15,000 records/s of recorded time; plus one etcd call per
 // 10 requests. `replay_bench --benchmark_min_time=...` prints records/s (items_per_second) and
-// the process RSS after each run; CI runs it briefly as a smoke test.
+// the process RSS after each run; CI runs it briefly as a smoke test. BM_PipelineParts times
+// the same loop with parts left out (detectors, metrics, each detector alone): where the
+// per-record time goes, in ns per record.
 #include <benchmark/benchmark.h>
 #include <sodium.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <algorithm>
 #include <fstream>
 #include <memory>
@@ -232,104 +235,183 @@ void BM_ReplayFile(benchmark::State& state) {
   state.SetLabel(sized ? "limits sized to the live set" : "default limits");
 }
 
+// The capture of BM_Pipeline's variant `variant` (0 and 1: 10,000 clients; 2: 100 clients),
+// read into memory. REPLAY_BENCH_RECORDS=N keeps the first N records only: for runs under
+// callgrind or DHAT, whose instruction and allocation counts repeat where timings do not.
+std::optional<std::vector<CaptureRecord>> LoadCapture(benchmark::State& state, int variant) {
+  const size_t records = 1'000'000;
+  const bool hot = variant == 2;
+  const std::string path = CapturePath(records, hot ? kHotClients : kClients);
+  WriteCapture(path, records, hot ? kHotClients : kClients, hot ? kHotObjects : kObjects);
+  auto reader = CaptureReader::Open(path);
+  if (!reader) {
+    state.SkipWithError(reader.error().message.c_str());
+    return std::nullopt;
+  }
+  const char* limit = std::getenv("REPLAY_BENCH_RECORDS");
+  const size_t max_records = limit ? std::strtoull(limit, nullptr, 10) : SIZE_MAX;
+  std::vector<CaptureRecord> loaded;
+  while (loaded.size() < max_records) {
+    auto next = (*reader)->Next();
+    if (!next || !*next) break;
+    loaded.push_back(std::move(**next));
+  }
+  return loaded;
+}
+
+// What one pass of the per-record loop measured.
+struct LoopFigures {
+  uint64_t records = 0, ticks = 0, counted = 0;
+  double loop_ns = 0, tick_ns = 0;  // this thread's CPU time
+};
+
+// The live path after the ring buffer over `loaded`: each record copied (as the protocol stage
+// builds it from ring-buffer bytes) and handed to `pipeline`, the detectors evaluated at each
+// recorded second, timed apart (a cost per second and per tracked key, not per record).
+// REPLAY_BENCH_WARMUP=M: under callgrind --collect-atstart=no, the first M records are not
+// counted (each client's and object's first request creates state and series: a short sample
+// from the start counts mostly those). Allocations are counted past the first 100k records (or
+// the warm-up), when each client's and object's state exists: the steady state.
+LoopFigures ReplayLoaded(const std::vector<CaptureRecord>& loaded, RequestPipeline& pipeline) {
+  const char* warmup = std::getenv("REPLAY_BENCH_WARMUP");
+  const uint64_t warmup_records = warmup ? std::strtoull(warmup, nullptr, 10) : 0;
+  LoopFigures f;
+  const double loop_start = ThreadCpuNs();
+  int64_t second = -1;
+  for (const CaptureRecord& rec : loaded) {
+    const bool request = std::holds_alternative<RequestRecord>(rec);
+    const uint64_t end_ns =
+        request ? std::get<RequestRecord>(rec).end_ns : std::get<EtcdRequest>(rec).end_ns;
+    const int64_t s = static_cast<int64_t>(end_ns / 1'000'000'000);
+    if (s != second) {
+      if (second >= 0) {
+        const double tick_start = ThreadCpuNs();
+        pipeline.Tick(s * 1'000'000'000 + 10'000'000);
+        f.tick_ns += ThreadCpuNs() - tick_start;
+        ++f.ticks;
+      }
+      second = s;
+    }
+    const bool collect = f.records >= warmup_records;
+    if (collect) CALLGRIND_TOGGLE_COLLECT;
+    // Copied just before the pipeline takes it and freed once processed (hot in cache, as on
+    // the live path): copies of the whole capture made beforehand were freed cold, one
+    // scattered record at a time, 40% of the time, a cost the live path does not have.
+    const bool count = f.records >= std::max<uint64_t>(warmup_records, 100'000);
+    if (request) {
+      RequestRecord copy(std::get<RequestRecord>(rec));
+      g_count_allocations = count;
+      pipeline.ReplayRequest(std::move(copy));
+    } else {
+      EtcdRequest copy(std::get<EtcdRequest>(rec));
+      g_count_allocations = count;
+      pipeline.ReplayEtcdCall(std::move(copy));
+    }
+    g_count_allocations = false;
+    f.counted += count;
+    if (collect) CALLGRIND_TOGGLE_COLLECT;
+    ++f.records;
+  }
+  f.loop_ns = ThreadCpuNs() - loop_start;
+  return f;
+}
+
 // The live path after the ring buffer: request records and etcd calls, already decoded (as the
 // protocol stage hands them over), through RequestInfo, keys, metrics and every detector, with
 // the detectors evaluated at each recorded second. The capture is read into memory first.
 void BM_Pipeline(benchmark::State& state) {
-  const size_t records = 1'000'000;
   // 0: default limits; 1: limits sized to the live set; 2: 100 clients, default limits.
   const bool sized = state.range(0) == 1;
   const bool hot = state.range(0) == 2;
-  const std::string path = CapturePath(records, hot ? kHotClients : kClients);
-  WriteCapture(path, records, hot ? kHotClients : kClients, hot ? kHotObjects : kObjects);
-  std::vector<CaptureRecord> loaded;
-  {
-    auto reader = CaptureReader::Open(path);
-    if (!reader) {
-      state.SkipWithError(reader.error().message.c_str());
-      return;
-    }
-    // REPLAY_BENCH_RECORDS=N replays the first N records only: for runs under callgrind or
-    // DHAT, whose instruction and allocation counts repeat where timings do not.
-    // REPLAY_BENCH_WARMUP=M: under callgrind --collect-atstart=no, the first M records are not
-    // counted (each client's and object's first request creates state and series: a short
-    // sample from the start counts mostly those).
-    const char* limit = std::getenv("REPLAY_BENCH_RECORDS");
-    const size_t max_records = limit ? std::strtoull(limit, nullptr, 10) : SIZE_MAX;
-    while (loaded.size() < max_records) {
-      auto next = (*reader)->Next();
-      if (!next || !*next) break;
-      loaded.push_back(std::move(**next));
-    }
-  }
-  const char* warmup = std::getenv("REPLAY_BENCH_WARMUP");
-  const uint64_t warmup_records = warmup ? std::strtoull(warmup, nullptr, 10) : 0;
-  uint64_t processed = 0, ticks = 0, counted = 0;
+  const auto loaded = LoadCapture(state, static_cast<int>(state.range(0)));
+  if (!loaded) return;
+  LoopFigures total;
   g_allocations = 0;
-  double tick_ns = 0, loop_ns = 0;
   for (auto _ : state) {
     state.PauseTiming();
     auto exporter = std::make_unique<PrometheusExporter>();
     auto pipeline = std::make_unique<MeteredPipeline>(exporter.get(), Limits(sized),
                                                       [](const StormTransition&) {});
     state.ResumeTiming();
-    const double loop_start = ThreadCpuNs();
-    int64_t second = -1;
-    for (const CaptureRecord& rec : loaded) {
-      const bool request = std::holds_alternative<RequestRecord>(rec);
-      const uint64_t end_ns =
-          request ? std::get<RequestRecord>(rec).end_ns : std::get<EtcdRequest>(rec).end_ns;
-      const int64_t s = static_cast<int64_t>(end_ns / 1'000'000'000);
-      if (s != second) {
-        if (second >= 0) {
-          // As the live loop; timed apart, since it costs per second and per tracked key, not
-          // per record.
-          const double tick_start = ThreadCpuNs();
-          pipeline->Tick(s * 1'000'000'000 + 10'000'000);
-          tick_ns += ThreadCpuNs() - tick_start;
-          ++ticks;
-        }
-        second = s;
-      }
-      // Under callgrind --collect-atstart=no: only the records past the warm-up count.
-      const bool collect = processed >= warmup_records;
-      if (collect) CALLGRIND_TOGGLE_COLLECT;
-      // Each record copied just before the pipeline takes it, as the protocol stage builds it
-      // from ring-buffer bytes, and freed once processed (hot in cache, as on the live path).
-      // Copies of the whole capture made beforehand were freed cold, one scattered record at
-      // a time: 40% of the time, a cost the live path does not have.
-      // Allocations are counted past the first 100k records (or the warm-up), when each
-      // client's and object's state exists: the steady state.
-      const bool count = processed >= std::max<uint64_t>(warmup_records, 100'000);
-      if (request) {
-        RequestRecord copy(std::get<RequestRecord>(rec));
-        g_count_allocations = count;
-        pipeline->ReplayRequest(std::move(copy));
-      } else {
-        EtcdRequest copy(std::get<EtcdRequest>(rec));
-        g_count_allocations = count;
-        pipeline->ReplayEtcdCall(std::move(copy));
-      }
-      g_count_allocations = false;
-      counted += count;
-      if (collect) CALLGRIND_TOGGLE_COLLECT;
-      ++processed;
-    }
-    loop_ns += ThreadCpuNs() - loop_start;
+    const LoopFigures f = ReplayLoaded(*loaded, *pipeline);
+    total.records += f.records;
+    total.ticks += f.ticks;
+    total.counted += f.counted;
+    total.loop_ns += f.loop_ns;
+    total.tick_ns += f.tick_ns;
     state.PauseTiming();
     state.counters["rss_mib"] = static_cast<double>(RssKiB()) / 1024.0;
     pipeline.reset();
     exporter.reset();
     state.ResumeTiming();
   }
-  state.SetItemsProcessed(static_cast<int64_t>(processed));
+  state.SetItemsProcessed(static_cast<int64_t>(total.records));
   // items_per_second counts both; these split them: the per-record path alone (records/s
   // without the evaluations) and one evaluation of every detector (ms per recorded second).
-  state.counters["per_record_rate"] = processed / ((loop_ns - tick_ns) / 1e9);
-  state.counters["eval_ms"] = ticks ? tick_ns / ticks / 1e6 : 0;
-  state.counters["allocs_per_record"] = counted ? static_cast<double>(g_allocations) / counted : 0;
+  state.counters["per_record_rate"] = total.records / ((total.loop_ns - total.tick_ns) / 1e9);
+  state.counters["eval_ms"] = total.ticks ? total.tick_ns / total.ticks / 1e6 : 0;
+  state.counters["allocs_per_record"] =
+      total.counted ? static_cast<double>(g_allocations) / total.counted : 0;
   state.SetLabel(hot ? "100 clients, 1,000 objects, default limits"
                   : sized ? "limits sized to the live set" : "default limits");
+}
+
+// Where the per-record time goes, timed (callgrind counts instructions and simulated misses;
+// this is what they cost on this CPU): the same loop as BM_Pipeline on its capture `range(1)`
+// (0: 10,000 clients, 2: 100 clients), default limits, with parts of the pipeline left out.
+// range(0): 0 everything; 1 no detectors; 2 no metrics (the pipeline without its exporter);
+// 3 no detectors and no metrics; 10 + k: detector k alone (in StormDetectors' order), no
+// metrics. The cost of a part is the difference of ns_per_record between two of them in one
+// run (the machine is shared: runs minutes apart differ by 10%).
+constexpr const char* kDetectorNames[] = {"update_loop",   "list_storm",       "exempt_client",
+                                          "conflict_storm", "throttled_client", "stuck_finalizers",
+                                          "relist_churn",   "etcd_range_storm"};
+
+DetectorsConfig OnlyDetector(int k) {
+  DetectorsConfig d;
+  bool* enabled[] = {&d.update_loop.enabled,      &d.list_storm.enabled,
+                     &d.exempt_client.enabled,    &d.conflict_storm.enabled,
+                     &d.throttled_client.enabled, &d.stuck_finalizers.enabled,
+                     &d.relist_churn.enabled,     &d.etcd_range_storm.enabled};
+  for (int i = 0; i < 8; ++i) *enabled[i] = i == k;
+  return d;
+}
+
+void BM_PipelineParts(benchmark::State& state) {
+  const int parts = static_cast<int>(state.range(0));
+  const auto loaded = LoadCapture(state, static_cast<int>(state.range(1)));
+  if (!loaded) return;
+  const bool metrics = parts == 0 || parts == 1;
+  DetectorsConfig detectors = parts >= 10 ? OnlyDetector(parts - 10)
+                              : parts == 1 || parts == 3 ? OnlyDetector(-1)
+                                                         : DetectorsConfig{};
+  LoopFigures total;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto exporter = std::make_unique<PrometheusExporter>();
+    std::unique_ptr<RequestPipeline> pipeline =
+        metrics ? std::make_unique<MeteredPipeline>(exporter.get(), detectors,
+                                                    [](const StormTransition&) {})
+                : std::make_unique<RequestPipeline>(detectors);
+    state.ResumeTiming();
+    const LoopFigures f = ReplayLoaded(*loaded, *pipeline);
+    total.records += f.records;
+    total.loop_ns += f.loop_ns;
+    total.tick_ns += f.tick_ns;
+    state.PauseTiming();
+    pipeline.reset();
+    exporter.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(total.records));
+  state.counters["ns_per_record"] = (total.loop_ns - total.tick_ns) / total.records;
+  const std::string capture = state.range(1) == 2 ? "100 clients: " : "10,000 clients: ";
+  state.SetLabel(capture + (parts == 0   ? "everything"
+                            : parts == 1 ? "no detectors"
+                            : parts == 2 ? "no metrics"
+                            : parts == 3 ? "no detectors, no metrics"
+                                         : std::string(kDetectorNames[parts - 10]) +
+                                               " alone, no metrics"));
 }
 
 // What the replay leaves out: a capture holds no token, so replayed records come with their
@@ -391,6 +473,11 @@ void BM_IdentityResolve(benchmark::State& state) {
 // 1.1M records (1M requests + 100k etcd calls) each; the smoke run in CI uses the same file.
 BENCHMARK(BM_ReplayFile)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_Pipeline)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(1);
+// Not in CI's smoke run (the filter there names the others): 12 passes per capture.
+BENCHMARK(BM_PipelineParts)
+    ->ArgsProduct({{0, 1, 2, 3, 10, 11, 12, 13, 14, 15, 16, 17}, {0, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 BENCHMARK(BM_IdentityResolve)->Arg(1)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
