@@ -185,6 +185,13 @@ class Schemas:
     def __init__(self, root=SCHEMAS):
         self.by_gvk = {}   # (apiVersion, kind) -> (document, component name or None)
         k8s = os.path.join(root, "kubernetes-v1.28")
+        if not os.path.isdir(k8s):
+            # A missing input fails the test (it never skips): say where it was looked for and
+            # how to point at it.
+            raise FileNotFoundError(
+                "no Kubernetes schemas at %s: the tests read shared/schemas beside the repository; "
+                "configure with -DSTORMWATCH_SHARED_DIR=<shared folder> (or set the environment "
+                "variable of that name) when shared/ is elsewhere" % k8s)
         for f in sorted(os.listdir(k8s)):
             if not f.endswith(".json"):
                 continue
