@@ -259,6 +259,29 @@ std::optional<std::vector<CaptureRecord>> LoadCapture(benchmark::State& state, i
   return loaded;
 }
 
+std::string BearerToken(int client);
+constexpr const char* kUserAgents[] = {"kubectl/v1.31.0",
+                                       "controller/v1.2.3 (linux/amd64) kubernetes/abc"};
+const char* UserAgentOf(int client) { return kUserAgents[client % 3 ? 1 : 0]; }
+
+// Identities as the live path gets them: each request's bearer token and user agent resolved
+// through the agent's identity cache (a keyed hash of the ~1.2 KB token, then a lookup; a JWT
+// decode on a miss), instead of the identity the capture file stored. The capture's client
+// is its connection's (conn_id = 0xc000000000 + client).
+struct LiveIdentities {
+  IdentityCache cache{AssemblerLimits{}.max_identities};
+  std::vector<std::string> tokens;  // per client
+  LiveIdentities() {
+    for (int c = 0; c < kClients; ++c) tokens.push_back(BearerToken(c));
+    // Every client resolved once: the steady state of a cache larger than the client set.
+    for (int c = 0; c < kClients; ++c) cache.Resolve(tokens[c], UserAgentOf(c));
+  }
+  IdentityRef Resolve(const RequestRecord& r) {
+    const int client = static_cast<int>(r.conn_id - 0xc000000000);
+    return cache.Resolve(tokens[client], UserAgentOf(client));
+  }
+};
+
 // What one pass of the per-record loop measured.
 struct LoopFigures {
   uint64_t records = 0, ticks = 0, counted = 0;
@@ -272,7 +295,8 @@ struct LoopFigures {
 // counted (each client's and object's first request creates state and series: a short sample
 // from the start counts mostly those). Allocations are counted past the first 100k records (or
 // the warm-up), when each client's and object's state exists: the steady state.
-LoopFigures ReplayLoaded(const std::vector<CaptureRecord>& loaded, RequestPipeline& pipeline) {
+LoopFigures ReplayLoaded(const std::vector<CaptureRecord>& loaded, RequestPipeline& pipeline,
+                         LiveIdentities* live = nullptr) {
   const char* warmup = std::getenv("REPLAY_BENCH_WARMUP");
   const uint64_t warmup_records = warmup ? std::strtoull(warmup, nullptr, 10) : 0;
   LoopFigures f;
@@ -301,6 +325,7 @@ LoopFigures ReplayLoaded(const std::vector<CaptureRecord>& loaded, RequestPipeli
     if (request) {
       RequestRecord copy(std::get<RequestRecord>(rec));
       g_count_allocations = count;
+      if (live) copy.identity = live->Resolve(copy);
       pipeline.ReplayRequest(std::move(copy));
     } else {
       EtcdRequest copy(std::get<EtcdRequest>(rec));
@@ -320,11 +345,14 @@ LoopFigures ReplayLoaded(const std::vector<CaptureRecord>& loaded, RequestPipeli
 // protocol stage hands them over), through RequestInfo, keys, metrics and every detector, with
 // the detectors evaluated at each recorded second. The capture is read into memory first.
 void BM_Pipeline(benchmark::State& state) {
-  // 0: default limits; 1: limits sized to the live set; 2: 100 clients, default limits.
+  // 0: default limits; 1: limits sized to the live set; 2: 100 clients, default limits;
+  // 3: as 0, each request's identity resolved from its bearer token as live (LiveIdentities).
   const bool sized = state.range(0) == 1;
   const bool hot = state.range(0) == 2;
-  const auto loaded = LoadCapture(state, static_cast<int>(state.range(0)));
+  const auto loaded = LoadCapture(state, hot ? 2 : 0);
   if (!loaded) return;
+  std::unique_ptr<LiveIdentities> live;
+  if (state.range(0) == 3) live = std::make_unique<LiveIdentities>();
   LoopFigures total;
   g_allocations = 0;
   for (auto _ : state) {
@@ -333,7 +361,7 @@ void BM_Pipeline(benchmark::State& state) {
     auto pipeline = std::make_unique<MeteredPipeline>(exporter.get(), Limits(sized),
                                                       [](const StormTransition&) {});
     state.ResumeTiming();
-    const LoopFigures f = ReplayLoaded(*loaded, *pipeline);
+    const LoopFigures f = ReplayLoaded(*loaded, *pipeline, live.get());
     total.records += f.records;
     total.ticks += f.ticks;
     total.counted += f.counted;
@@ -352,8 +380,10 @@ void BM_Pipeline(benchmark::State& state) {
   state.counters["eval_ms"] = total.ticks ? total.tick_ns / total.ticks / 1e6 : 0;
   state.counters["allocs_per_record"] =
       total.counted ? static_cast<double>(g_allocations) / total.counted : 0;
-  state.SetLabel(hot ? "100 clients, 1,000 objects, default limits"
-                  : sized ? "limits sized to the live set" : "default limits");
+  state.SetLabel(hot     ? "100 clients, 1,000 objects, default limits"
+                 : sized ? "limits sized to the live set"
+                 : live  ? "default limits, identities resolved from tokens"
+                         : "default limits");
 }
 
 // Where the per-record time goes, timed (callgrind counts instructions and simulated misses;
@@ -443,7 +473,6 @@ void BM_IdentityResolve(benchmark::State& state) {
   const size_t capacity = static_cast<size_t>(state.range(0));
   std::vector<std::string> tokens;
   for (int c = 0; c < kClients; ++c) tokens.push_back(BearerToken(c));
-  const std::string user_agents[] = {"controller/v1.2.3 (linux/amd64) kubernetes/abc", "kubectl/v1.31.0"};
   constexpr size_t kRequests = 500'000;
   uint64_t hits = 0, misses = 0;
   double ns = 0;
@@ -451,13 +480,13 @@ void BM_IdentityResolve(benchmark::State& state) {
     IdentityCache cache(capacity);
     uint64_t seed = 7;
     // Warm: every client once, then the measured requests.
-    for (int c = 0; c < kClients; ++c) benchmark::DoNotOptimize(cache.Resolve(tokens[c], user_agents[c % 3 ? 0 : 1]));
+    for (int c = 0; c < kClients; ++c) benchmark::DoNotOptimize(cache.Resolve(tokens[c], UserAgentOf(c)));
     const uint64_t hits_before = cache.hits(), misses_before = cache.misses();
     const double start = ThreadCpuNs();
     for (size_t i = 0; i < kRequests; ++i) {
       seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
       const int c = static_cast<int>((seed >> 8) % kClients);
-      benchmark::DoNotOptimize(cache.Resolve(tokens[c], user_agents[c % 3 ? 0 : 1]));
+      benchmark::DoNotOptimize(cache.Resolve(tokens[c], UserAgentOf(c)));
     }
     ns += ThreadCpuNs() - start;
     hits += cache.hits() - hits_before;
@@ -472,7 +501,7 @@ void BM_IdentityResolve(benchmark::State& state) {
 
 // 1.1M records (1M requests + 100k etcd calls) each; the smoke run in CI uses the same file.
 BENCHMARK(BM_ReplayFile)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
-BENCHMARK(BM_Pipeline)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_Pipeline)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Unit(benchmark::kMillisecond)->Iterations(1);
 // Not in CI's smoke run (the filter there names the others): 12 passes per capture.
 BENCHMARK(BM_PipelineParts)
     ->ArgsProduct({{0, 1, 2, 3, 10, 11, 12, 13, 14, 15, 16, 17}, {0, 2}})
