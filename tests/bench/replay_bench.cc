@@ -480,7 +480,9 @@ void BM_IdentityResolve(benchmark::State& state) {
     IdentityCache cache(capacity);
     uint64_t seed = 7;
     // Warm: every client once, then the measured requests.
-    for (int c = 0; c < kClients; ++c) benchmark::DoNotOptimize(cache.Resolve(tokens[c], UserAgentOf(c)));
+    for (int c = 0; c < kClients; ++c) {
+      benchmark::DoNotOptimize(cache.Resolve(tokens[c], UserAgentOf(c)));
+    }
     const uint64_t hits_before = cache.hits(), misses_before = cache.misses();
     const double start = ThreadCpuNs();
     for (size_t i = 0; i < kRequests; ++i) {
@@ -501,7 +503,13 @@ void BM_IdentityResolve(benchmark::State& state) {
 
 // 1.1M records (1M requests + 100k etcd calls) each; the smoke run in CI uses the same file.
 BENCHMARK(BM_ReplayFile)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
-BENCHMARK(BM_Pipeline)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_Pipeline)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(3)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 // Not in CI's smoke run (the filter there names the others): 12 passes per capture.
 BENCHMARK(BM_PipelineParts)
     ->ArgsProduct({{0, 1, 2, 3, 10, 11, 12, 13, 14, 15, 16, 17}, {0, 2}})
