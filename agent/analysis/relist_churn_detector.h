@@ -80,7 +80,8 @@ class RelistChurnDetector final : public StormDetector {
       api_group.assign(r.info.api_group);
       resource.assign(r.info.resource);
       seconds.Clear();
-      watches = {};
+      // The samples are left as they are: only the first watches_seen are read, and zeroing
+      // them wrote 12 cold cache lines on every reuse (at 10,000 clients, every LIST or WATCH).
       watches_seen = 0;
       list_shape = {};
       list_seen = false;

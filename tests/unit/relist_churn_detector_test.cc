@@ -419,6 +419,27 @@ TEST(RelistChurnTest, EvictionKeepsKeysAndInformersBounded) {
   EXPECT_EQ(stats.observed, 100'000u);
 }
 
+TEST(RelistChurnTest, ReusedEntryShowsOnlyItsOwnWatches) {
+  // One key fits: client b's entry is client a's, reused. a's watches (status 500) began within
+  // the window b's alert reads; none of them may show in b's evidence.
+  RelistChurnConfig config;
+  config.max_keys = 1;
+  std::vector<Event> events = Cycles(Operator("a"), 4, 4 * kSec, 1 * kSec, 500);
+  for (Event& e : Cycles(Operator("b"), 8, 5 * kSec, 2 * kSec, 410, 20 * kSec)) {
+    events.push_back(std::move(e));
+  }
+  Harness run(config);
+  run.sim.Run(std::move(events), 70 * kSec);
+  auto firing = run.sim.Of(StormState::kFiring);
+  ASSERT_EQ(firing.size(), 1u);
+  EXPECT_EQ(firing[0].evidence.identity.pod_name, "b");
+  const nlohmann::json& d = firing[0].evidence.details;
+  EXPECT_EQ(d["watch_codes"], (nlohmann::json{{"410", 7}})) << d.dump(2);
+  EXPECT_EQ(d["watch_samples"], 7);
+  EXPECT_EQ(d["watches_in_window"], 7);
+  EXPECT_EQ(d["median_watch_seconds"], 2.0);
+}
+
 TEST(RelistChurnTest, EvictedFiringStormResolvesOnce) {
   RelistChurnConfig config;
   config.max_keys = 2;
