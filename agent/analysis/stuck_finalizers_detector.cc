@@ -71,11 +71,11 @@ void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordK
         CombineKeys(keys.resource, keys.client),
         [&] {
           Writer fresh(kWriterBuckets);
-          fresh.Reset(r.identity, keys.resource);
+          fresh.Reset(*r.identity, keys.resource);
           return fresh;
         },
         [](uint64_t, Writer&) {},
-        [&](Writer& reused) { reused.Reset(r.identity, keys.resource); });
+        [&](Writer& reused) { reused.Reset(*r.identity, keys.resource); });
     // SecondBuckets counts per second of its argument: a coarser clock gives coarser buckets.
     w.writes.Add(now_ns / writer_bucket_s_);
     w.last_write_ns = std::max(w.last_write_ns, now_ns);
@@ -171,11 +171,12 @@ StormEvidence StuckFinalizersDetector::BuildEvidence(const Resource& res,
   const Identity last_writer_identity =
       stuck.last_writer ? stuck.last_writer->identity.Unpack() : Identity{};
   const std::string& last_writer = last_writer_identity.user;
+  const Identity silent_identity = silent ? silent->packed_identity.Unpack() : Identity{};
 
   StormEvidence ev;
   ev.storm = kStuckFinalizersStorm;
   if (silent) {
-    ev.identity = *silent->identity;
+    ev.identity = silent_identity;
   } else if (stuck.last_writer) {
     ev.identity = last_writer_identity;
   }
@@ -189,7 +190,7 @@ StormEvidence StuckFinalizersDetector::BuildEvidence(const Resource& res,
       {"terminating_objects", stuck.terminating},
       {"oldest_stuck_s", oldest_s},
       {"examples", examples},
-      {"silent_controller", silent ? silent->identity->user : std::string()},
+      {"silent_controller", silent_identity.user},
       {"silent_controller_last_write_s_ago",
        silent ? Seconds(now_ns - silent->last_write_ns) : int64_t{-1}},
       {"silent_controller_writes", silent_writes},
@@ -201,7 +202,7 @@ StormEvidence StuckFinalizersDetector::BuildEvidence(const Resource& res,
                (stuck.count == 1 ? "" : "s") + " stuck terminating (oldest " +
                std::to_string(oldest_s) + " s)";
   if (silent) {
-    ev.summary += "; controller " + silent->identity->user + " silent for " +
+    ev.summary += "; controller " + silent_identity.user + " silent for " +
                   std::to_string(Seconds(now_ns - silent->last_write_ns)) +
                   " s while deletes arrive";
   } else if (!last_writer.empty()) {

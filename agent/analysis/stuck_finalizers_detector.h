@@ -64,16 +64,16 @@ class StuckFinalizersDetector final : public StormDetector {
   };
   struct Writer {
     explicit Writer(size_t buckets) : writes(buckets) {}
-    std::shared_ptr<const Identity> identity;
-    PackedIdentity packed_identity;  // packed once, shared by the objects it writes
+    // Packed once, shared by the objects it writes; unpacked only to name a silent controller
+    // (no shared identity kept alive, none swapped on each reuse of the entry).
+    PackedIdentity packed_identity;
     uint64_t resource_key = 0;
     SecondBuckets writes;  // in coarse buckets of writer_bucket_s_ seconds, not 1 s
     int64_t last_write_ns = 0;
 
     // As a new writer of `who` on `resource`, its ring kept (BoundedLru's reuse).
-    void Reset(IdentityRef who, uint64_t resource) {
-      identity = std::move(who);
-      packed_identity = PackedIdentity(*identity);
+    void Reset(const Identity& who, uint64_t resource) {
+      packed_identity = PackedIdentity(who);
       resource_key = resource;
       writes.Clear();
       last_write_ns = 0;
