@@ -2,8 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <utility>
+
+#include <absl/hash/hash.h>
 
 #include "agent/kube/record_keys.h"
 #include "capture.pb.h"  // protoc, from proto/capture.proto
@@ -27,9 +31,14 @@ void ToProto(const Identity& id, pb::Identity* out) {
   out->set_reason(id.reason);
 }
 
+Identity::Kind KindOf(const pb::Identity& p) {
+  return p.kind() >= 0 && p.kind() <= 3 ? static_cast<Identity::Kind>(p.kind())
+                                        : Identity::Kind::kUnknown;
+}
+
 Identity FromProto(const pb::Identity& p) {
   Identity id;
-  id.kind = p.kind() >= 0 && p.kind() <= 3 ? static_cast<Identity::Kind>(p.kind()) : Identity::Kind::kUnknown;
+  id.kind = KindOf(p);
   id.user = p.user();
   id.sa_namespace = p.sa_namespace();
   id.sa_name = p.sa_name();
@@ -41,6 +50,26 @@ Identity FromProto(const pb::Identity& p) {
   id.component_version = p.component_version();
   id.reason = p.reason();
   return id;
+}
+
+// Whether FromProto(p) would equal `id` (its keys aside: they follow from these fields).
+bool SameIdentity(const Identity& id, const pb::Identity& p) {
+  return id.kind == KindOf(p) && id.user == p.user() && id.sa_namespace == p.sa_namespace() &&
+         id.sa_name == p.sa_name() && id.pod_name == p.pod_name() &&
+         id.user_agent == p.user_agent() &&
+         std::equal(id.groups.begin(), id.groups.end(), p.groups().begin(), p.groups().end()) &&
+         id.system_masters == p.system_masters() && id.component == p.component() &&
+         id.component_version == p.component_version() && id.reason == p.reason();
+}
+
+// The identity of `p`, shared with the earlier records that had the same one. Found by a hash
+// of the fields that tell clients apart and confirmed field by field (a collision, or a
+// changed field, makes a new identity that takes the slot).
+IdentityRef SharedIdentity(const pb::Identity& p, BoundedLru<uint64_t, IdentityRef>& read) {
+  IdentityRef& ref = read.FindOrInsert(absl::HashOf(p.user(), p.pod_name(), p.user_agent()),
+                                       [] { return IdentityRef(); }, [](uint64_t, IdentityRef&) {});
+  if (!ref || !SameIdentity(*ref, p)) ref = ShareIdentity(FromProto(p));
+  return ref;
 }
 
 void ToProto(const RequestRecord& r, pb::Request* out) {
@@ -77,7 +106,7 @@ void ToProto(const RequestRecord& r, pb::Request* out) {
   e->set_limit(r.etcd.limit);
 }
 
-RequestRecord FromProto(const pb::Request& p) {
+RequestRecord FromProto(const pb::Request& p, IdentityRef identity) {
   RequestRecord r;
   r.pid = p.pid();
   r.conn_id = p.conn_id();
@@ -104,7 +133,7 @@ RequestRecord FromProto(const pb::Request& p) {
   r.response.finalizers.assign(f.finalizers().begin(), f.finalizers().end());
   r.response.finalizers_seen = f.finalizers_seen();
   r.response.resource_version = f.resource_version();
-  r.identity = ShareIdentity(FromProto(p.identity()));
+  r.identity = std::move(identity);
   r.etcd = {p.etcd().ranges(), p.etcd().keys(), p.etcd().bytes(), p.etcd().limit()};
   return r;
 }
@@ -340,7 +369,10 @@ Result<std::optional<CaptureRecord>> CaptureReader::Next() {
   if (!rec.ParseFromString(scratch_)) {
     return Error{path_ + ": undecodable record at offset " + std::to_string(at)};
   }
-  if (rec.has_request()) return std::optional<CaptureRecord>(FromProto(rec.request()));
+  if (rec.has_request()) {
+    return std::optional<CaptureRecord>(
+        FromProto(rec.request(), SharedIdentity(rec.request().identity(), identities_)));
+  }
   if (rec.has_etcd()) return std::optional<CaptureRecord>(FromProto(rec.etcd()));
   return Error{path_ + ": record of an unknown kind at offset " + std::to_string(at)};
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <variant>
 
+#include "agent/core/bounded_lru.h"
 #include "agent/core/etcd_request.h"
 #include "agent/core/request_record.h"
 #include "agent/core/result.h"
@@ -106,6 +107,10 @@ class CaptureReader {
   std::string scratch_;
   // One decoded record, reused: its strings and sub-messages keep their memory between records.
   std::unique_ptr<capture::v1::Record> record_;
+  // The requests' identities read so far (as many as the live identity cache holds): the
+  // records of one client share one identity, as live records share the identity cache's, so
+  // a replay neither builds nor compares a copy per record.
+  BoundedLru<uint64_t, IdentityRef> identities_{16384};
 };
 
 }  // namespace stormwatch

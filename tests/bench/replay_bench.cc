@@ -99,7 +99,7 @@ void WriteCapture(const std::string& path, size_t records, int clients = kClient
     rec.start_ns = rec.end_ns - 2'000'000;
     rec.peer_address = "10.244." + std::to_string(client % 250) + "." + std::to_string(client % 200) + ":40000";
     rec.local_address = "10.0.0.2:6443";
-    // One Identity per record, as a capture file's reader makes them: the pipeline interns them.
+    // One Identity per record, as written: the reader shares equal ones again (one per client).
     Identity id;
     id.kind = Identity::Kind::kServiceAccount;
     id.sa_namespace = "tenant-" + std::to_string(client % 500);

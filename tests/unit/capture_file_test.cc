@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "agent/kube/record_keys.h"
 #include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "agent/replay.h"
@@ -138,6 +139,38 @@ TEST(CaptureFile, RoundTripsWithoutSecrets) {
   next = (*r)->Next();
   ASSERT_TRUE(next.ok());
   EXPECT_FALSE(next->has_value());
+  std::filesystem::remove(path);
+}
+
+TEST(CaptureFile, RecordsOfOneClientShareTheIdentityReadBack) {
+  // As live records share the identity cache's: one identity per client, not one per record;
+  // a record whose identity differs in any field gets its own.
+  const std::string path = TempPath("shared-identities");
+  std::vector<RequestRecord> written(6, Request(0));
+  EditIdentity(written[2]).user_agent = "operator/v2";  // a new user agent: a new identity
+  EditIdentity(written[4]).groups = {"system:masters"};  // same user, pod and agent; groups differ
+  {
+    auto w = CaptureWriter::Open(path, {}, 0);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    for (const RequestRecord& r : written) (*w)->Write(r);
+  }
+  auto r = CaptureReader::Open(path);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  std::vector<IdentityRef> read;
+  for (size_t i = 0; i < written.size(); ++i) {
+    auto next = (*r)->Next();
+    ASSERT_TRUE(next.ok() && next->has_value());
+    read.push_back(std::get<RequestRecord>(**next).identity);
+    EXPECT_EQ(*read.back(), *ShareIdentity(*written[i].identity)) << i;  // keys included
+    EXPECT_TRUE(read.back()->keys_set);
+  }
+  EXPECT_EQ(read[1], read[0]);
+  EXPECT_NE(read[2], read[0]);
+  EXPECT_EQ(read[2]->user_agent, "operator/v2");
+  EXPECT_EQ(read[3], read[0]);  // the first identity again
+  EXPECT_NE(read[4], read[0]);
+  EXPECT_EQ(read[4]->groups, std::vector<std::string>{"system:masters"});
+  EXPECT_EQ(read[5]->groups, std::vector<std::string>{"system:serviceaccounts"});
   std::filesystem::remove(path);
 }
 
