@@ -107,10 +107,11 @@ class CaptureReader {
   std::string scratch_;
   // One decoded record, reused: its strings and sub-messages keep their memory between records.
   std::unique_ptr<capture::v1::Record> record_;
-  // The requests' identities read so far (as many as the live identity cache holds): the
-  // records of one client share one identity, as live records share the identity cache's, so
-  // a replay neither builds nor compares a copy per record.
-  BoundedLru<uint64_t, IdentityRef> identities_{16384};
+  // The requests' identities read so far: the records of one client share one identity, as
+  // live records share the identity cache's, so a replay neither builds nor compares a copy
+  // per record. As many as that cache holds by default (limits.max_identities).
+  static constexpr size_t kSharedIdentities = 16384;
+  BoundedLru<uint64_t, IdentityRef> identities_{kSharedIdentities};
 };
 
 }  // namespace stormwatch
