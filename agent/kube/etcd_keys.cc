@@ -162,7 +162,11 @@ std::string EtcdResourceLabel(const EtcdKey& key) {
   if (!key.registry || key.resource.empty()) return "other";
   // Anyone with etcd credentials writes any key: what could not be an API resource (not even
   // UTF-8, which fails a Prometheus scrape) is "other".
-  if (!CouldBeServedApi({.group = key.group, .version = "v1", .resource = key.resource})) return "other";
+  MetricLabels api;  // the labels a request for it would have
+  api.group = key.group;
+  api.version = "v1";
+  api.resource = key.resource;
+  if (!CouldBeServedApi(api)) return "other";
   // As kube-apiserver's storage names its group-resource (schema.GroupResource.String()).
   return key.group.empty() ? key.resource : key.resource + "." + key.group;
 }
