@@ -13,6 +13,8 @@ namespace {
 constexpr int kWriterBuckets = 10;  // the writer lookback, cut into this many coarse buckets
 constexpr size_t kExamples = 5;
 constexpr int kDeleteRateWindowS = 60;
+// Clients whose packed identity is kept, per writer entry: a client writes several resources.
+constexpr size_t kPackedClientsPerWriter = 4;
 
 double Round2(double v) { return std::round(v * 100) / 100; }
 int64_t Seconds(int64_t ns) { return ns / kNsPerSecond; }
@@ -40,6 +42,7 @@ StuckFinalizersDetector::StuckFinalizersDetector(StuckFinalizersConfig config)
       terminating_(config_.max_objects),
       last_writes_(config_.max_objects),
       writers_(config_.max_writers),
+      packed_clients_(kPackedClientsPerWriter * config_.max_writers),
       resources_(config_.max_resources) {
   config_.stuck_after_s = std::max(config_.stuck_after_s, 1);
   config_.min_stuck_objects = std::max(config_.min_stuck_objects, 1);
@@ -62,6 +65,14 @@ StuckFinalizersDetector::Resource& StuckFinalizersDetector::TouchResource(
       [&](uint64_t, Resource& victim) { evicted_.Evict(victim.alert, now_ns); });
 }
 
+const PackedIdentity& StuckFinalizersDetector::PackedWriter(const RequestRecord& r,
+                                                           uint64_t client_key) {
+  // Keyed as the writers are (user and pod): a writer entry names the first identity of its
+  // client it saw, and so does this table.
+  return packed_clients_.FindOrInsert(
+      client_key, [&] { return PackedIdentity(*r.identity); }, [](uint64_t, PackedIdentity&) {});
+}
+
 void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordKeys& keys,
                                            bool allowed, int64_t now_ns) {
   const bool object = !r.info.name.empty();
@@ -71,11 +82,11 @@ void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordK
         CombineKeys(keys.resource, keys.client),
         [&] {
           Writer fresh(kWriterBuckets);
-          fresh.Reset(*r.identity, keys.resource);
+          fresh.Reset(PackedWriter(r, keys.client), keys.resource);
           return fresh;
         },
         [](uint64_t, Writer&) {},
-        [&](Writer& reused) { reused.Reset(*r.identity, keys.resource); });
+        [&](Writer& reused) { reused.Reset(PackedWriter(r, keys.client), keys.resource); });
     // SecondBuckets counts per second of its argument: a coarser clock gives coarser buckets.
     w.writes.Add(now_ns / writer_bucket_s_);
     w.last_write_ns = std::max(w.last_write_ns, now_ns);

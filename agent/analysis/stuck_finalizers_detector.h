@@ -15,8 +15,9 @@
 // still clear finalizers (an object's facts are facts whoever wrote them).
 //
 // State is bounded: max_objects terminating objects (oldest dropped first), max_objects
-// objects' last writers, max_writers writers and max_resources resources (least recently
-// seen dropped first; a firing resource dropped is Resolved). Not thread-safe.
+// objects' last writers, max_writers writers (and the packed identities of 4 x max_writers
+// writing clients) and max_resources resources (least recently seen dropped first; a firing
+// resource dropped is Resolved). Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -71,9 +72,9 @@ class StuckFinalizersDetector final : public StormDetector {
     SecondBuckets writes;  // in coarse buckets of writer_bucket_s_ seconds, not 1 s
     int64_t last_write_ns = 0;
 
-    // As a new writer of `who` on `resource`, its ring kept (BoundedLru's reuse).
-    void Reset(const Identity& who, uint64_t resource) {
-      packed_identity = PackedIdentity(who);
+    // As a new writer (`who`, packed) on `resource`, its ring kept (BoundedLru's reuse).
+    void Reset(const PackedIdentity& who, uint64_t resource) {
+      packed_identity = who;
       resource_key = resource;
       writes.Clear();
       last_write_ns = 0;
@@ -90,6 +91,11 @@ class StuckFinalizersDetector final : public StormDetector {
   };
   struct Stuck;  // per-resource aggregate of one Evaluate
 
+  // `r`'s identity packed, once per client while the client stays among the last
+  // kPackedClientsPerWriter * max_writers: (resource, client) writers outnumber max_writers at
+  // 10,000 clients, so nearly every write takes over an entry and would otherwise pack (and
+  // allocate) afresh.
+  const PackedIdentity& PackedWriter(const RequestRecord& r, uint64_t client_key);
   Resource& TouchResource(const RequestRecord& r, uint64_t key, int64_t now_ns);
   void ObserveWrite(const RequestRecord& r, const RecordKeys& keys, bool allowed, int64_t now_ns);
   double WritesInLookback(const Writer& w) const;
@@ -102,6 +108,7 @@ class StuckFinalizersDetector final : public StormDetector {
   BoundedLru<uint64_t, Terminating> terminating_;  // front = newest mark
   BoundedLru<uint64_t, LastWrite> last_writes_;    // by object
   BoundedLru<uint64_t, Writer> writers_;           // by (resource, client)
+  BoundedLru<uint64_t, PackedIdentity> packed_clients_;  // by RecordKeys::client
   BoundedLru<uint64_t, Resource> resources_;
   EvictedAlerts evicted_;
   uint64_t observed_ = 0;

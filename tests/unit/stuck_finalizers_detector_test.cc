@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/allocation_count.h"
 #include "tests/unit/detector_sim.h"
 
 namespace stormwatch {
@@ -319,6 +320,36 @@ TEST(StuckFinalizersTest, StateIsBounded) {
   ASSERT_EQ(transitions.size(), 1u);
   EXPECT_EQ(transitions[0].evidence.details["stuck_objects"], 100);
   EXPECT_EQ(transitions[0].evidence.details["examples"][0]["name"], "d-900");
+}
+
+// More (resource, client) writers than max_writers: nearly every write takes over an entry,
+// as at 10,000 clients. The entry is given its client's identity packed before, not packed
+// (allocated) again, so a write allocates nothing once its client and object are known.
+TEST(StuckFinalizersTest, WritesThatTakeOverWriterEntriesAllocateNothing) {
+  StuckFinalizersConfig config;
+  config.max_writers = 4;
+  StuckFinalizersDetector det(config);
+  std::vector<RequestRecord> writes;
+  for (const char* resource : {"databases", "backups", "restores"}) {
+    for (int client = 0; client < 10; ++client) {
+      const std::string name = "o-" + std::to_string(client);
+      RequestRecord r = sim::Request(Sa("team-a", "ctl-" + std::to_string(client)), "PUT",
+                                     "/apis/example.com/v1/namespaces/team-a/" +
+                                         std::string(resource) + "/" + name);
+      r.response.object_seen = r.response.finalizers_seen = true;
+      r.response.finalizers = kCleanup;
+      writes.push_back(r);
+    }
+  }
+  int64_t now = 0;
+  auto observe_all = [&] {
+    for (const RequestRecord& r : writes) det.Observe(r, now += kSec / 100);
+  };
+  observe_all();  // clients, objects and writer entries made
+  const uint64_t evictions = det.Stats().evictions;
+  EXPECT_EQ(testing::AllocationsDuring(observe_all), 0u);
+  // Every write of the second pass took over a writer entry (30 pairs, 4 entries).
+  EXPECT_EQ(det.Stats().evictions - evictions, writes.size());
 }
 
 TEST(StuckFinalizersTest, EvictedFiringResourceResolvesOnce) {

@@ -1,0 +1,71 @@
+// The allocation counter of the unit-test binary (allocation_count.h): a replaced global
+// operator new that counts, on the thread that asked, while AllocationsDuring runs.
+#include "tests/unit/allocation_count.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace {
+thread_local bool t_counting = false;
+thread_local uint64_t t_allocations = 0;
+}  // namespace
+
+#pragma GCC diagnostic push
+// gcc pairs the free() below with the new expressions it inlines into this file's tests.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t size) {
+  if (t_counting) ++t_allocations;
+  if (void* p = std::malloc(size ? size : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return ::operator new(size); }
+void* operator new(std::size_t size, std::align_val_t align) {
+  if (t_counting) ++t_allocations;
+  void* p = nullptr;
+  if (posix_memalign(&p, std::max(sizeof(void*), static_cast<size_t>(align)), size ? size : 1) != 0) {
+    throw std::bad_alloc();
+  }
+  return p;
+}
+void* operator new[](std::size_t size, std::align_val_t align) { return ::operator new(size, align); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+namespace stormwatch::testing {
+
+uint64_t AllocationsDuring(const std::function<void()>& f) {
+  const uint64_t before = t_allocations;
+  t_counting = true;
+  f();
+  t_counting = false;
+  return t_allocations - before;
+}
+
+namespace {
+
+TEST(AllocationCount, CountsTheCallingThreadsAllocationsOnly) {
+  std::vector<std::unique_ptr<int>> kept;
+  EXPECT_EQ(AllocationsDuring([&] {
+              for (int i = 0; i < 3; ++i) kept.push_back(std::make_unique<int>(i));
+            }),
+            3u + 3u);  // three ints; the vector's storage grows 1 -> 2 -> 4
+  std::string small;
+  EXPECT_EQ(AllocationsDuring([&] { small = "fits inline"; }), 0u);
+  EXPECT_EQ(AllocationsDuring([] {}), 0u);
+}
+
+}  // namespace
+}  // namespace stormwatch::testing
