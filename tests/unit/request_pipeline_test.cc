@@ -238,6 +238,71 @@ TEST(PipelineIdentity, LiveRequestsShareTheCachedIdentity) {
   EXPECT_EQ(seen[0]->user_agent, "op/v1");
 }
 
+// A bound service-account token of `sa` with `signature` (base64url, as a JWT's third segment).
+std::string ServiceAccountJwt(const std::string& sa, const std::string& signature) {
+  const std::string claims = R"({"iss":"https://kubernetes.default.svc","sub":"system:serviceaccount:team-a:)" +
+                             sa + R"(","kubernetes.io":{"namespace":"team-a","serviceaccount":{"name":")" +
+                             sa + R"("}}})";
+  return Base64UrlEncode(R"({"alg":"RS256"})") + "." + Base64UrlEncode(claims) + "." + signature;
+}
+
+// A JWT is cached by its signature only once the API server has accepted it: someone who sends
+// another client's claims with their own token's signature (answered 401) cannot have their
+// own later requests named after that client. Until accepted, each request decodes the token.
+TEST(PipelineIdentity, JwtIsCachedBySignatureOnlyOnceTheServerAcceptedIt) {
+  PrometheusExporter exporter;
+  MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
+  std::vector<IdentityRef> seen;
+  pipeline.SetRecorder({.request = [&](const RequestRecord& r) { seen.push_back(r.identity); }});
+  uint32_t stream = 1;
+  auto get = [&](const std::string& token, int64_t status) {
+    pipeline.OnEvent(RequestEvent(0xc000100000, stream, 1000,
+                                  {{":method", "GET"},
+                                   {":path", "/api/v1/namespaces/team-a/configmaps/a"},
+                                   {"authorization", "Bearer " + token},
+                                   {"user-agent", "op/v1"}}));
+    pipeline.OnEvent(ResponseEvent(0xc000100000, stream, 2000, status));
+    stream += 2;
+    return seen.back()->user;
+  };
+  const std::string signature(342, 'A');  // the attacker's own token's signature
+  const std::string forged = ServiceAccountJwt("victim", signature);
+  const std::string own = ServiceAccountJwt("attacker", signature);
+  const std::string kAttacker = "system:serviceaccount:team-a:attacker";
+  EXPECT_EQ(get(forged, 401), "system:serviceaccount:team-a:victim");  // the claims, decoded
+  EXPECT_EQ(get(forged, 401), "system:serviceaccount:team-a:victim");  // refused: not kept
+  EXPECT_EQ(get(own, 200), kAttacker);   // decoded: the refused token was never kept
+  EXPECT_EQ(get(own, 200), kAttacker);   // kept since the first was accepted: a hit
+  EXPECT_EQ(seen[3], seen[2]);
+  // A token with the accepted one's signature is that token (the server would refuse any
+  // other claims under it): named as its client, never as the claims it shows.
+  EXPECT_EQ(get(forged, 401), kAttacker);
+  pipeline.Tick(3'000'000'000);
+  const std::string text = exporter.Scrape();
+  EXPECT_NE(text.find("stormwatch_identity_cache_lookups_total{result=\"hit\"} 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("stormwatch_identity_cache_lookups_total{result=\"miss\"} 3"), std::string::npos) << text;
+}
+
+// What shows that the server authenticated a request's credentials: its status, or APF's
+// headers (APF classifies by user, after authentication). 401, and what filters ahead of
+// authentication answer (400, 429 while shutting down, 5xx), do not.
+TEST(PipelineIdentity, AuthenticatedAnswers) {
+  RequestRecord r;
+  for (int status : {200, 201, 204, 304, 403, 404, 409, 422}) {
+    r.status = status;
+    EXPECT_TRUE(AuthenticatedAnswer(r)) << status;
+  }
+  for (int status : {0, 400, 401, 429, 500, 503, 504}) {
+    r.status = status;
+    EXPECT_FALSE(AuthenticatedAnswer(r)) << status;
+  }
+  r.status = 429;
+  r.response.priority_level_uid = "8f7e";
+  EXPECT_TRUE(AuthenticatedAnswer(r));  // APF's own 429
+  r.status = 401;
+  EXPECT_TRUE(AuthenticatedAnswer(r)) << "APF ran, so authentication passed";
+}
+
 // limits.max_identities bounds the decoded identities; every lookup is counted, by result.
 TEST(PipelineIdentity, CacheHoldsMaxIdentitiesAndCountsLookups) {
   PrometheusExporter exporter;
