@@ -381,27 +381,6 @@ bool Base64UrlDecode(std::string_view in, std::string& out) {
   return true;
 }
 
-std::string_view BearerJwtSignature(std::string_view authorization) {
-  // The header as FromAuthorization reads it; the dots found with memchr (vectorised: the
-  // payload is ~800 bytes), not character by character.
-  const std::string_view auth = TrimSpace(authorization);
-  constexpr std::string_view kScheme = "bearer ";
-  if (auth.size() <= kScheme.size() || auth.size() > kMaxTokenBytes ||
-      !EqualsIgnoreCase(auth.substr(0, kScheme.size()), kScheme)) {
-    return {};
-  }
-  std::string_view token = auth.substr(kScheme.size());
-  token = token.substr(0, token.find(' '));
-  const size_t first = token.find('.');
-  if (first == std::string_view::npos) return {};
-  const size_t second = token.find('.', first + 1);
-  if (second == std::string_view::npos || token.find('.', second + 1) != std::string_view::npos) {
-    return {};
-  }
-  const std::string_view signature = token.substr(second + 1);
-  return signature.size() >= kMinJwtSignatureChars ? signature : std::string_view();
-}
-
 Identity IdentityFromHeaders(std::string_view authorization, std::string_view user_agent) {
   // Only allocation failure can throw in here; it must not cross into the caller.
   try {

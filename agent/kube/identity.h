@@ -34,13 +34,6 @@ inline constexpr size_t kMaxUserAgentBytes = 256;
 //    long, another scheme): kUnknown with `reason`; never throws.
 Identity IdentityFromHeaders(std::string_view authorization, std::string_view user_agent);
 
-// The signature segment of a "Bearer <header>.<payload>.<signature>" value whose signature is
-// at least kMinJwtSignatureChars long (HMAC-SHA256's 32 bytes; RS256 gives 342), else "".
-// Only the token's shape is checked, not its base64 or claims. The identity cache keys a JWT
-// by it: one value per signed token, a third of the token's bytes to hash.
-inline constexpr size_t kMinJwtSignatureChars = 43;
-std::string_view BearerJwtSignature(std::string_view authorization);
-
 // The `client` label: who an operator can act on ("unknown" when nobody is named).
 const std::string& ClientLabel(const Identity& identity);
 

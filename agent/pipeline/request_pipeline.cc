@@ -15,39 +15,16 @@
 namespace stormwatch {
 
 IdentityRef IdentityCache::Resolve(std::string_view authorization, std::string_view user_agent) {
-  const std::string_view signature = BearerJwtSignature(authorization);
-  // Distinct salts keep a signature's key apart from a whole header's.
-  const uint64_t credential_key = signature.empty() ? KeyedHash(authorization)
-                                                    : KeyedHash(signature) ^ 0x9e3779b97f4a7c15;
-  const uint64_t key = credential_key * 31 + KeyedHash(user_agent);
+  const uint64_t key = KeyedHash(authorization) * 31 + KeyedHash(user_agent);
   if (IdentityRef* found = lru_.Touch(key)) {
     ++hits_;
     return *found;
   }
   ++misses_;
-  IdentityRef decoded = ShareIdentity(IdentityFromHeaders(authorization, user_agent));
-  if (signature.empty()) {
-    return lru_.FindOrInsert(key, [&] { return std::move(decoded); }, [](uint64_t, IdentityRef&) {});
-  }
-  unconfirmed_.FindOrInsert(
-      decoded.get(), [&] { return Unconfirmed{decoded, key}; },
-      [](const Identity*, Unconfirmed&) {});
-  return decoded;
-}
-
-void IdentityCache::Answered(const IdentityRef& identity, bool authenticated) {
-  const Unconfirmed* u = unconfirmed_.Find(identity.get());
-  if (u == nullptr) return;
-  if (authenticated) {
-    lru_.FindOrInsert(u->key, [&] { return u->identity; }, [](uint64_t, IdentityRef&) {});
-  }
-  unconfirmed_.Erase(identity.get());
-}
-
-bool AuthenticatedAnswer(const RequestRecord& r) {
-  if (!r.response.priority_level_uid.empty() || !r.response.flow_schema_uid.empty()) return true;
-  const int s = r.status;
-  return (s >= 200 && s < 400) || s == 403 || s == 404 || s == 409 || s == 422;
+  return lru_.FindOrInsert(
+      key,
+      [&] { return ShareIdentity(IdentityFromHeaders(authorization, user_agent)); },
+      [](uint64_t, IdentityRef&) {});
 }
 
 RequestPipeline::RequestPipeline(const DetectorsConfig& detectors, AssemblerLimits limits,
@@ -247,8 +224,6 @@ IdentityRef RequestPipeline::InternIdentity(const RequestRecord& r) {
 
 void RequestPipeline::OnRequest(RequestRecord& r, bool replayed) {
   ++stats_.requests;
-  // A JWT decoded for this request is cached once the server is seen to have accepted it.
-  if (!replayed && identities_.unconfirmed()) identities_.Answered(r.identity, AuthenticatedAnswer(r));
   if (auto role = roles_.find(r.pid); role != roles_.end() && role->second == TargetRole::kEtcd) {
     OnEtcdHttp2Request(r);
     return;

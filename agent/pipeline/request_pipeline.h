@@ -35,46 +35,20 @@
 namespace stormwatch {
 
 // JWT decoding per request is the costliest step after capture; identities repeat, so decoded
-// ones are kept, shared with every record and detector that names them. Bounded, least
-// recently used first out. The token itself is never kept.
-//
-// A JWT is found by its signature segment (and the user agent): hashing the whole ~1.2 KB
-// token was the largest part of a request's cost at 10,000 clients, the signature is a third
-// of it, and a signature names one token. The agent does not verify signatures, so a token
-// is kept only once the API server has accepted it (Answered): otherwise anyone could send
-// someone else's claims with their own token's signature and have their own later requests
-// named after that someone. Until then each request decodes it. Other credentials (opaque
-// and bootstrap tokens, none) are kept at once, found by a keyed hash of the whole header.
+// ones are kept by a keyed hash of (authorization, user agent), shared with every record and
+// detector that names them. Bounded, least recently used first out. The token itself is never
+// kept.
 class IdentityCache {
  public:
-  // Decoded JWTs waiting for their request's answer; more are decoded but never cached.
-  static constexpr size_t kMaxUnconfirmed = 1024;
-
-  explicit IdentityCache(size_t capacity) : lru_(capacity), unconfirmed_(kMaxUnconfirmed) {}
+  explicit IdentityCache(size_t capacity) : lru_(capacity) {}
   IdentityRef Resolve(std::string_view authorization, std::string_view user_agent);
-  // A request resolved to `identity` was answered, `authenticated` or not
-  // (AuthenticatedAnswer): a JWT decoded for it is kept if it was.
-  void Answered(const IdentityRef& identity, bool authenticated);
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
-  // Decoded JWTs whose requests are not answered yet (0 in the steady state).
-  size_t unconfirmed() const { return unconfirmed_.size(); }
 
  private:
-  struct Unconfirmed {
-    IdentityRef identity;  // held, so its address names it until answered
-    uint64_t key = 0;
-  };
-  BoundedLru<uint64_t, IdentityRef> lru_;  // by keyed hash of (signature or header, user agent)
-  BoundedLru<const Identity*, Unconfirmed> unconfirmed_;
+  BoundedLru<uint64_t, IdentityRef> lru_;  // by keyed hash of (authorization, user agent)
   uint64_t hits_ = 0, misses_ = 0;
 };
-
-// Whether `r`'s answer shows that the API server authenticated its credentials: a success or
-// redirect, an authorization denial (403), a handler's 404/409/422, or APF's response headers
-// (APF classifies a request by its user, after authentication). Not a 401, and not what
-// filters that run before authentication answer (400, 429 while shutting down, 5xx).
-bool AuthenticatedAnswer(const RequestRecord& r);
 
 // Records stamped later than this (ns since boot) are refused as corrupt: see OnEvent.
 inline constexpr uint64_t kLatestPlausibleEventNs = uint64_t{1} << 62;

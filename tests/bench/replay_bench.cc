@@ -266,24 +266,20 @@ constexpr const char* kUserAgents[] = {"kubectl/v1.31.0",
 const char* UserAgentOf(int client) { return kUserAgents[client % 3 ? 1 : 0]; }
 
 // Identities as the live path gets them: each request's bearer token and user agent resolved
-// through the agent's identity cache (a keyed hash of the ~1.2 KB token's signature, then a
-// lookup; a JWT decode on a miss), instead of the identity the capture file stored, and the
-// answer handed back as the pipeline does (a decoded JWT is kept once accepted). The
-// capture's client is its connection's (conn_id = 0xc000000000 + client).
+// through the agent's identity cache (a keyed hash of the ~1.2 KB token, then a lookup; a JWT
+// decode on a miss), instead of the identity the capture file stored. The capture's client
+// is its connection's (conn_id = 0xc000000000 + client).
 struct LiveIdentities {
   IdentityCache cache{AssemblerLimits{}.max_identities};
   std::vector<std::string> tokens;  // per client
   LiveIdentities() {
     for (int c = 0; c < kClients; ++c) tokens.push_back(BearerToken(c));
-    // Every client resolved and accepted once: the steady state of a cache larger than the
-    // client set.
-    for (int c = 0; c < kClients; ++c) cache.Answered(cache.Resolve(tokens[c], UserAgentOf(c)), true);
+    // Every client resolved once: the steady state of a cache larger than the client set.
+    for (int c = 0; c < kClients; ++c) cache.Resolve(tokens[c], UserAgentOf(c));
   }
   IdentityRef Resolve(const RequestRecord& r) {
     const int client = static_cast<int>(r.conn_id - 0xc000000000);
-    IdentityRef id = cache.Resolve(tokens[client], UserAgentOf(client));
-    if (cache.unconfirmed()) cache.Answered(id, AuthenticatedAnswer(r));
-    return id;
+    return cache.Resolve(tokens[client], UserAgentOf(client));
   }
 };
 
@@ -488,15 +484,15 @@ void BM_IdentityResolve(benchmark::State& state) {
     IdentityCache cache(capacity);
     uint64_t seed = 7;
     // Warm: every client once, then the measured requests.
-    for (int c = 0; c < kClients; ++c) cache.Answered(cache.Resolve(tokens[c], UserAgentOf(c)), true);
+    for (int c = 0; c < kClients; ++c) {
+      benchmark::DoNotOptimize(cache.Resolve(tokens[c], UserAgentOf(c)));
+    }
     const uint64_t hits_before = cache.hits(), misses_before = cache.misses();
     const double start = ThreadCpuNs();
     for (size_t i = 0; i < kRequests; ++i) {
       seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
       const int c = static_cast<int>((seed >> 8) % kClients);
-      IdentityRef id = cache.Resolve(tokens[c], UserAgentOf(c));
-      if (cache.unconfirmed()) cache.Answered(id, true);  // as the pipeline: kept once accepted
-      benchmark::DoNotOptimize(id);
+      benchmark::DoNotOptimize(cache.Resolve(tokens[c], UserAgentOf(c)));
     }
     ns += ThreadCpuNs() - start;
     hits += cache.hits() - hits_before;

@@ -291,25 +291,5 @@ TEST(IdentityTest, SipHashReferenceVectors) {
   EXPECT_EQ(SipHash24(k0, k1, input), 0xa129ca6149be45e5ULL);
 }
 
-// The identity cache keys a JWT by its signature: found as FromAuthorization finds the token
-// (scheme in any case, surrounding spaces), only for three segments and a signature as long
-// as HMAC-SHA256's; anything else has no signature to key by.
-TEST(BearerJwtSignature, OnlySignedThreeSegmentBearerTokens) {
-  const std::string sig(342, 's');
-  const std::string jwt = "eyJh.eyJz." + sig;
-  EXPECT_EQ(BearerJwtSignature("Bearer " + jwt), sig);
-  EXPECT_EQ(BearerJwtSignature("  bearer " + jwt + " trailing"), sig);
-  EXPECT_EQ(BearerJwtSignature("BEARER eyJh.eyJz." + std::string(43, 's')), std::string(43, 's'));
-  EXPECT_EQ(BearerJwtSignature("Bearer eyJh.eyJz." + std::string(42, 's')), "");  // too short
-  EXPECT_EQ(BearerJwtSignature("Bearer eyJh.eyJz."), "");                        // unsigned
-  EXPECT_EQ(BearerJwtSignature("Bearer eyJz." + sig), "");                        // two segments
-  EXPECT_EQ(BearerJwtSignature("Bearer a.b.c.d." + sig), "");                     // five (JWE)
-  EXPECT_EQ(BearerJwtSignature("Basic " + jwt), "");
-  EXPECT_EQ(BearerJwtSignature("Bearer  " + jwt), "");  // FromAuthorization: an empty token
-  EXPECT_EQ(BearerJwtSignature(""), "");
-  EXPECT_EQ(BearerJwtSignature("Bearer eyJh." + std::string(16 * 1024, 'x') + "." + sig), "")
-      << "longer than FromAuthorization reads";
-}
-
 }  // namespace
 }  // namespace stormwatch
