@@ -248,7 +248,7 @@ TEST(MetricLabelsTest, CouldBeServedApiAcceptsApiNamesOnly) {
   auto served = [](std::string_view group, std::string_view version, std::string_view resource,
                    std::string_view subresource = "") {
     return CouldBeServedApi({.verb = "GET", .group = group, .version = version,
-                             .resource = resource, .subresource = subresource});
+                             .resource = resource, .subresource = subresource, .scope = ""});
   };
   EXPECT_TRUE(served("", "v1", "configmaps"));
   EXPECT_TRUE(served("batch.company.com", "v1beta1", "data-jobs", "status"));
