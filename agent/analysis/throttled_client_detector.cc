@@ -45,23 +45,27 @@ void ThrottledClientDetector::CountResource(Client& c, const RequestRecord& r,
   auto same = [&](const ResourceThrottles& t) {
     return t.api_group == r.info.api_group && t.resource == r.info.resource;
   };
-  auto it = std::find_if(c.resources.begin(), c.resources.end(), same);
-  if (it == c.resources.end()) {
-    if (c.resources.size() < kMaxResourcesPerClient) {
-      c.resources.push_back({r.info.api_group, r.info.resource, SecondBuckets(window_ring_)});
-      it = c.resources.end() - 1;
+  const auto used = c.resources.begin() + static_cast<ptrdiff_t>(c.resources_used);
+  auto it = std::find_if(c.resources.begin(), used, same);
+  if (it == used) {
+    if (c.resources_used < kMaxResourcesPerClient) {
+      if (c.resources_used == c.resources.size()) {
+        c.resources.push_back({"", "", SecondBuckets(window_ring_)});
+      }
+      it = c.resources.begin() + static_cast<ptrdiff_t>(c.resources_used++);
     } else {
-      // Full: the resource with the fewest recent 429s makes room (its buffers reused).
+      // Full: the resource with the fewest recent 429s makes room.
       const int64_t last = now_ns / kNsPerSecond;
       const int window = static_cast<int>(window_ring_);
-      it = std::min_element(c.resources.begin(), c.resources.end(),
+      it = std::min_element(c.resources.begin(), used,
                             [&](const ResourceThrottles& a, const ResourceThrottles& b) {
                               return a.throttled.Sum(last, window) < b.throttled.Sum(last, window);
                             });
-      it->api_group.assign(r.info.api_group);
-      it->resource.assign(r.info.resource);
-      it->throttled.Clear();
     }
+    // A slot taken over keeps its buffers.
+    it->api_group.assign(r.info.api_group);
+    it->resource.assign(r.info.resource);
+    it->throttled.Clear();
   }
   it->throttled.Add(now_ns);
 }
@@ -118,7 +122,7 @@ StormEvidence ThrottledClientDetector::BuildEvidence(const Client& c, int64_t la
                          : 0;
 
   std::vector<std::pair<double, const ResourceThrottles*>> top;
-  for (const ResourceThrottles& t : c.resources) {
+  for (const ResourceThrottles& t : Resources(c)) {
     if (double n = t.throttled.Sum(last, window); n > 0) top.emplace_back(n, &t);
   }
   std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) {

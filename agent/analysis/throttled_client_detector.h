@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -62,7 +63,10 @@ class ThrottledClientDetector final : public StormDetector {
     IdentityRef identity;
     SecondBuckets requests;   // every request the client made (429s included), for the evidence
     SecondBuckets throttled;  // its 429s, over the sustain and the resolve windows
-    std::vector<ResourceThrottles> resources;  // where its 429s landed, a few at most
+    // Where its 429s landed, a few at most: the first `resources_used`; the rest are kept
+    // from an earlier client of this entry, for their buffers (no allocation per reuse).
+    std::vector<ResourceThrottles> resources;
+    size_t resources_used = 0;
     // Retry-After values of the current run of 429s (reset after a quiet ring).
     int retry_after_min_s = -1;
     int retry_after_max_s = -1;
@@ -78,7 +82,7 @@ class ThrottledClientDetector final : public StormDetector {
       tracked_since_s = now_s;
       requests.Clear();
       throttled.Clear();
-      resources.clear();
+      resources_used = 0;
       retry_after_min_s = retry_after_max_s = -1;
       last_throttled_s = INT64_MIN / 2;
       priority_level.clear();
@@ -87,6 +91,9 @@ class ThrottledClientDetector final : public StormDetector {
     }
   };
 
+  static std::span<const ResourceThrottles> Resources(const Client& c) {
+    return {c.resources.data(), c.resources_used};
+  }
   void CountResource(Client& c, const RequestRecord& r, int64_t now_ns) const;
   StormEvidence BuildEvidence(const Client& c, int64_t last, int64_t now_ns) const;
 

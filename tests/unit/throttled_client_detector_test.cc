@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/allocation_count.h"
 #include "tests/unit/detector_sim.h"
 
 namespace stormwatch {
@@ -251,6 +252,31 @@ TEST(ThrottledClientTest, EvictionKeepsClientsBoundedAndResolvesFiringOnes) {
   EXPECT_EQ(many.Stats().tracked, 2u);
   EXPECT_EQ(many.Stats().evictions, 9'998u);
   EXPECT_EQ(many.Stats().observed, 10'000u);
+}
+
+// A client entry taken over (max_clients reached) keeps its resource slots' buffers, so the
+// first 429 of another client allocates nothing; the new client is shown only its own
+// resources, even over seconds its predecessors were throttled in.
+TEST(ThrottledClientTest, ReusedEntryShowsOnlyItsOwnResourcesAndAllocatesNothing) {
+  ThrottledClientConfig config;
+  config.max_clients = 1;
+  config.sustain_s = 2;
+  ThrottledClientDetector det(config);
+  const Identity a = Sa("x", "a"), b = Sa("x", "b"), c = Sa("x", "c");
+  for (const char* resource : {"r1", "r2", "r3"}) {
+    det.Observe(Put(a, 429, -1, resource), 7 * kSec);
+  }
+  det.Observe(Put(b, 429, -1, "r4"), 7 * kSec + kMs);  // b takes a's entry, one slot of three
+  const RequestRecord first = Put(c, 429, -1, "r5");
+  EXPECT_EQ(testing::AllocationsDuring([&] { det.Observe(first, 7 * kSec + 2 * kMs); }), 0u);
+  for (int i = 1; i < 20; ++i) det.Observe(first, 7 * kSec + 100 * kMs * i);  // to second 8
+  auto transitions = det.Evaluate(9 * kSec);  // seconds 7 and 8: a's and b's 429s among them
+  ASSERT_EQ(transitions.size(), 1u);
+  EXPECT_EQ(transitions[0].evidence.identity.user, c.user);
+  EXPECT_EQ(transitions[0].evidence.details["window_s"], 2);
+  const auto& top = transitions[0].evidence.details["top_resources"];
+  ASSERT_EQ(top.size(), 1u) << top.dump();
+  EXPECT_EQ(top[0]["resource"], "r5");
 }
 
 TEST(ThrottledClientTest, ClientsAreTrackedFromTheirFirst429) {
