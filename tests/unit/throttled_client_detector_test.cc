@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/kube/request_info.h"
 #include "tests/unit/allocation_count.h"
 #include "tests/unit/detector_sim.h"
 
@@ -256,18 +257,24 @@ TEST(ThrottledClientTest, EvictionKeepsClientsBoundedAndResolvesFiringOnes) {
 
 // A client entry taken over (max_clients reached) keeps its resource slots' buffers, so the
 // first 429 of another client allocates nothing; the new client is shown only its own
-// resources, even over seconds its predecessors were throttled in.
+// resources, even over seconds its predecessors were throttled in. Core resources: their
+// names fit a string's inline buffer, so the per-thread cache of resource keys allocates
+// nothing either when it first sees one.
 TEST(ThrottledClientTest, ReusedEntryShowsOnlyItsOwnResourcesAndAllocatesNothing) {
   ThrottledClientConfig config;
   config.max_clients = 1;
   config.sustain_s = 2;
   ThrottledClientDetector det(config);
+  auto put = [](const Identity& who, const std::string& resource) {
+    RequestRecord r = Put(who, 429);
+    r.path = "/api/v1/namespaces/team-a/" + resource + "/job-1/status";
+    r.info = ParseRequestInfo(r.method, r.path);
+    return r;
+  };
   const Identity a = Sa("x", "a"), b = Sa("x", "b"), c = Sa("x", "c");
-  for (const char* resource : {"r1", "r2", "r3"}) {
-    det.Observe(Put(a, 429, -1, resource), 7 * kSec);
-  }
-  det.Observe(Put(b, 429, -1, "r4"), 7 * kSec + kMs);  // b takes a's entry, one slot of three
-  const RequestRecord first = Put(c, 429, -1, "r5");
+  for (const char* resource : {"r1", "r2", "r3"}) det.Observe(put(a, resource), 7 * kSec);
+  det.Observe(put(b, "r4"), 7 * kSec + kMs);  // b takes a's entry, one slot of three
+  const RequestRecord first = put(c, "r5");
   EXPECT_EQ(testing::AllocationsDuring([&] { det.Observe(first, 7 * kSec + 2 * kMs); }), 0u);
   for (int i = 1; i < 20; ++i) det.Observe(first, 7 * kSec + 100 * kMs * i);  // to second 8
   auto transitions = det.Evaluate(9 * kSec);  // seconds 7 and 8: a's and b's 429s among them
