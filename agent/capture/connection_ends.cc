@@ -28,17 +28,17 @@ uint64_t TcpNetFd(pid_t pid, uint64_t conn_data, const sw_go_offsets& o) {
   return 0;
 }
 
-std::string ReadTcpAddr(pid_t pid, uint64_t tcp_addr, const sw_go_offsets& o) {
+std::optional<TcpEndpoint> ReadTcpAddr(pid_t pid, uint64_t tcp_addr, const sw_go_offsets& o) {
   GoSlice ip_slice{};
   int64_t port = 0;
   if (!ReadRemote(pid, tcp_addr + o.tcpaddr_ip, &ip_slice) ||
       !ReadRemote(pid, tcp_addr + o.tcpaddr_port, &port) || port < 0 || port > 0xffff) {
-    return "";
+    return std::nullopt;
   }
   uint8_t ip[16];
-  if (ip_slice.len != 4 && ip_slice.len != 16) return "";
-  if (!ReadRemote(pid, ip_slice.ptr, ip, ip_slice.len)) return "";
-  return FormatTcpEndpoint(std::span<const uint8_t>(ip, ip_slice.len), static_cast<uint16_t>(port));
+  if (ip_slice.len != 4 && ip_slice.len != 16) return std::nullopt;
+  if (!ReadRemote(pid, ip_slice.ptr, ip, ip_slice.len)) return std::nullopt;
+  return TcpEndpointOf(std::span<const uint8_t>(ip, ip_slice.len), static_cast<uint16_t>(port));
 }
 
 }  // namespace
@@ -69,7 +69,7 @@ const ConnectionEnds& Http1ConnectionEnds::Lookup(pid_t pid, uint64_t http_conn)
       {pid, http_conn},
       [&] {
         ConnectionEnds ends = ReadConnectionEnds(pid, http_conn + layout->second.http_conn_rwc, layout->second);
-        if (ends.peer.empty()) ++read_errors_;
+        if (!ends.peer) ++read_errors_;
         return ends;
       },
       [](const Key&, const ConnectionEnds&) {});

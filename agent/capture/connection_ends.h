@@ -11,23 +11,25 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include <unordered_map>
 
 #include "agent/core/bounded_lru.h"
+#include "agent/core/tcp_endpoint.h"
 #include "bpf/events.h"
 
 namespace stormwatch {
 
 struct ConnectionEnds {
-  std::string local;  // "10.0.0.7:6443"; "" when unknown
-  std::string peer;
+  std::optional<TcpEndpoint> local;  // nullopt when unknown
+  std::optional<TcpEndpoint> peer;
 };
 
 // Reads the ends from `pid`'s memory, `net_conn` being the address of a net.Conn interface
-// value (itab, data). Both "" when the connection is not TCP or cannot be read.
+// value (itab, data). Both nullopt when the connection is not TCP or cannot be read.
 ConnectionEnds ReadConnectionEnds(pid_t pid, uint64_t net_conn, const sw_go_offsets& layout);
 
 class Http1ConnectionEnds {

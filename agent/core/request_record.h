@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/core/tcp_endpoint.h"
+
 namespace stormwatch {
 
 // RequestInfo::verb as a number, so the tests every sink makes per request (is it a write, a
@@ -177,8 +179,8 @@ struct RequestRecord {
   uint64_t start_ns = 0;        // CLOCK_MONOTONIC (bpf_ktime_get_ns)
   uint64_t end_ns = 0;
   std::string protocol = "HTTP/2";  // or "HTTP/1.1"
-  std::string peer_address;     // client ip:port as the server sees it, "" when unknown
-  std::string local_address;    // server ip:port
+  std::optional<TcpEndpoint> peer_address;   // the client's end as the server sees it
+  std::optional<TcpEndpoint> local_address;  // the server's; either nullopt when unknown
 
   // HTTP facts.
   std::string method;           // GET PUT POST PATCH DELETE ...

@@ -1,6 +1,6 @@
 // Space-Saving (Metwally et al.): approximate top counts of a stream of keys in fixed memory,
 // the one heavy-hitter sketch of the agent (which clients get their own metric series, by
-// their 64-bit label keys; which peer IPs of a client are kept, by string). Each count
+// their 64-bit label keys; which peer IPs of a client are kept, by their 16 bytes). Each count
 // over-estimates by at most its `error`; count - error is a guaranteed lower bound. A key that
 // is not tracked takes the slot of the smallest count and inherits that count as its error, so
 // a heavy key is never pushed out by many light ones. Each slot can carry a Payload (what the

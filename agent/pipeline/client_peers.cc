@@ -4,15 +4,15 @@
 
 #include "agent/kube/identity.h"
 #include "agent/kube/record_keys.h"
-#include "agent/core/tcp_endpoint.h"
 
 namespace stormwatch {
 
 uint64_t ClientPeers::KeyOf(const std::string& client) { return HashFields({client}); }
 
 void ClientPeers::Observe(uint64_t client_key, const std::string& client,
-                          const std::string& peer_address, const std::string& local_address,
-                          int64_t now_ns, const ClientRequestFacts& facts) {
+                          const std::optional<TcpEndpoint>& peer_end,
+                          const std::optional<TcpEndpoint>& local_end, int64_t now_ns,
+                          const ClientRequestFacts& facts) {
   Client& c = clients_.FindOrInsert(
       client_key,
       [&] {
@@ -34,21 +34,23 @@ void ClientPeers::Observe(uint64_t client_key, const std::string& client,
       c.priority_level != *facts.priority_level) {
     c.priority_level = *facts.priority_level;
   }
-  if (peer_address.empty()) return;
-  PeerConnection* peer = c.peers.Add(EndpointHostView(peer_address));
-  if (peer->last_peer != peer_address) peer->last_peer = peer_address;
-  if (peer->last_local != local_address) peer->last_local = local_address;
+  if (!peer_end) return;
+  PeerConnection* peer = c.peers.Add(peer_end->ip);
+  peer->peer_port = peer_end->port;
+  peer->local = local_end;
 }
 
 nlohmann::json ClientPeers::PeersJson(const Client& c, size_t limit) {
   struct Row {
-    std::string_view ip;
+    std::string ip;
     uint64_t requests;  // Space-Saving's count: an upper bound once the client has had 9+ IPs
-    const PeerConnection* connection;
+    std::string last_peer, last_local;
   };
   std::vector<Row> rows;
-  c.peers.ForEach([&](std::string_view ip, uint64_t count, uint64_t, const PeerConnection& pc) {
-    rows.push_back({ip, count, &pc});
+  c.peers.ForEach([&](const std::array<uint8_t, 16>& ip, uint64_t count, uint64_t,
+                      const PeerConnection& pc) {
+    rows.push_back({FormatIp(ip), count, FormatTcpEndpoint(ip, pc.peer_port),
+                    FormatTcpEndpoint(pc.local)});
   });
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     return a.requests != b.requests ? a.requests > b.requests : a.ip < b.ip;
@@ -57,8 +59,8 @@ nlohmann::json ClientPeers::PeersJson(const Client& c, size_t limit) {
   for (size_t i = 0; i < rows.size() && i < limit; ++i) {
     out.push_back({{"ip", rows[i].ip},
                    {"requests", rows[i].requests},
-                   {"last_peer", rows[i].connection->last_peer},
-                   {"last_local", rows[i].connection->last_local}});
+                   {"last_peer", rows[i].last_peer},
+                   {"last_local", rows[i].last_local}});
   }
   return out;
 }

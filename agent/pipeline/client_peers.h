@@ -6,8 +6,10 @@
 // first.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "agent/analysis/record_sink.h"
 #include "agent/core/bounded_lru.h"
 #include "agent/core/space_saving.h"
+#include "agent/core/tcp_endpoint.h"
 
 namespace stormwatch {
 
@@ -37,16 +40,18 @@ class ClientPeers final : public RecordSink {
 
   explicit ClientPeers(size_t max_clients = 4096) : clients_(max_clients) {}
 
-  // One request of `client` from `peer_address` to `local_address` ("ip:port"; an empty peer
-  // counts the request only).
-  void Observe(const std::string& client, const std::string& peer_address,
-               const std::string& local_address, int64_t now_ns) {
-    Observe(KeyOf(client), client, peer_address, local_address, now_ns);
+  // One request of `client` from `peer` to `local` (an unknown peer counts the request only).
+  // The per-request path: the client's key (KeyOf(client)) is known already.
+  void Observe(uint64_t client_key, const std::string& client,
+               const std::optional<TcpEndpoint>& peer, const std::optional<TcpEndpoint>& local,
+               int64_t now_ns, const ClientRequestFacts& facts = {});
+  // The same with the ends as text ("10.0.0.7:40000", as FormatTcpEndpoint writes them; ""
+  // or other text: unknown).
+  void Observe(const std::string& client, std::string_view peer_address,
+               std::string_view local_address, int64_t now_ns) {
+    Observe(KeyOf(client), client, ParseTcpEndpoint(peer_address), ParseTcpEndpoint(local_address),
+            now_ns);
   }
-  // The same with the client's key (KeyOf(client)) already known: the per-request path.
-  void Observe(uint64_t client_key, const std::string& client, const std::string& peer_address,
-               const std::string& local_address, int64_t now_ns,
-               const ClientRequestFacts& facts = {});
   static uint64_t KeyOf(const std::string& client);
 
   // The sink: each finished request is observed with what `top` shows of it; storm
@@ -80,16 +85,18 @@ class ClientPeers final : public RecordSink {
   uint64_t evictions() const { return clients_.evictions(); }
 
  private:
-  // What is kept per peer IP besides its count: the latest request's connection.
+  // What is kept per peer IP besides its count: the latest request's connection, as bytes
+  // (written as text only when asked: most entries are never shown, and text would be copied
+  // on every request that changes it).
   struct PeerConnection {
-    std::string last_peer;
-    std::string last_local;
+    uint16_t peer_port = 0;
+    std::optional<TcpEndpoint> local;
   };
   struct Client {
     std::string name;
     uint64_t requests = 0;
     int64_t last_ns = 0;
-    SpaceSaving<PeerConnection> peers{kPeersPerClient};  // by IP
+    SpaceSaving<PeerConnection, std::array<uint8_t, 16>> peers{kPeersPerClient};  // by IP
     // For TopSnapshot.
     uint64_t lists = 0, list_bytes = 0, conflicts = 0, throttled = 0;
     std::string priority_level;     // the latest request's that had one

@@ -121,9 +121,9 @@ void RequestPipeline::OnHttp1Exchange(const Http1Exchange& x) {
   r.end_ns = x.end_ns;
   r.protocol = "HTTP/1.1";
   if (connections_.http1_ends) {
-    ConnectionEnds ends = connections_.http1_ends(x.tgid, x.conn);
-    r.local_address = std::move(ends.local);
-    r.peer_address = std::move(ends.peer);
+    const ConnectionEnds ends = connections_.http1_ends(x.tgid, x.conn);
+    r.local_address = ends.local;
+    r.peer_address = ends.peer;
   }
   r.method = x.method;
   r.path = x.path;

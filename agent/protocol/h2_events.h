@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "agent/core/result.h"
+#include "agent/core/tcp_endpoint.h"
 
 namespace stormwatch {
 
@@ -23,8 +25,8 @@ struct H2RequestEvent {
   uint64_t ts_ns = 0;
   uint64_t conn = 0;
   uint32_t stream_id = 0;
-  std::string local_address;  // the connection's ends ("10.0.0.7:6443"); "" when unknown
-  std::string peer_address;
+  std::optional<TcpEndpoint> local_address;  // the connection's ends; nullopt when unknown
+  std::optional<TcpEndpoint> peer_address;
   uint64_t client_cert_der = 0;  // no token: the connection's client certificate in the target
   uint32_t client_cert_der_len = 0;
   uint16_t field_count = 0;  // fields the frame had

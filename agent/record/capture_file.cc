@@ -79,8 +79,8 @@ void ToProto(const RequestRecord& r, pb::Request* out) {
   out->set_start_ns(r.start_ns);
   out->set_end_ns(r.end_ns);
   out->set_protocol(r.protocol);
-  out->set_peer_address(r.peer_address);
-  out->set_local_address(r.local_address);
+  out->set_peer_address(FormatTcpEndpoint(r.peer_address));
+  out->set_local_address(FormatTcpEndpoint(r.local_address));
   out->set_method(r.method);
   out->set_path(r.path);
   out->set_content_type(r.content_type);
@@ -114,8 +114,9 @@ RequestRecord FromProto(const pb::Request& p, IdentityRef identity) {
   r.start_ns = p.start_ns();
   r.end_ns = p.end_ns();
   r.protocol = p.protocol();
-  r.peer_address = p.peer_address();
-  r.local_address = p.local_address();
+  // Written by FormatTcpEndpoint: anything else reads as unknown.
+  r.peer_address = ParseTcpEndpoint(p.peer_address());
+  r.local_address = ParseTcpEndpoint(p.local_address());
   r.method = p.method();
   r.path = p.path();
   r.content_type = p.content_type();

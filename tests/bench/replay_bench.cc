@@ -98,8 +98,9 @@ void WriteCapture(const std::string& path, size_t records, int clients = kClient
     rec.stream_id = static_cast<uint32_t>(2 * i + 1);
     rec.end_ns = 1'000'000'000'000 + i * kRecordStepNs;
     rec.start_ns = rec.end_ns - 2'000'000;
-    rec.peer_address = "10.244." + std::to_string(client % 250) + "." + std::to_string(client % 200) + ":40000";
-    rec.local_address = "10.0.0.2:6443";
+    rec.peer_address = ParseTcpEndpoint("10.244." + std::to_string(client % 250) + "." +
+                                        std::to_string(client % 200) + ":40000");
+    rec.local_address = ParseTcpEndpoint("10.0.0.2:6443");
     // One Identity per record, as written: the reader shares equal ones again (one per client).
     Identity id;
     id.kind = Identity::Kind::kServiceAccount;

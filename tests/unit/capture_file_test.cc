@@ -34,8 +34,8 @@ RequestRecord Request(int i) {
   r.start_ns = 1'000'000'000ull * i;
   r.end_ns = r.start_ns + 5'000'000;
   r.protocol = "HTTP/2";
-  r.peer_address = "10.0.0.7:40000";
-  r.local_address = "10.0.0.2:6443";
+  r.peer_address = ParseTcpEndpoint("10.0.0.7:40000");
+  r.local_address = ParseTcpEndpoint("[fd00::2]:6443");
   r.method = "PUT";
   r.path = "/apis/batch.company.com/v1/namespaces/etl/datajobs/nightly";
   r.content_type = "application/json";

@@ -14,6 +14,7 @@ TEST(ClientPeers, CountsPerPeerIpAndKeepsTheLatestConnection) {
   for (int i = 0; i < 30; ++i) peers.Observe("sa:a", "10.0.0.1:" + std::to_string(40000 + i), "10.0.0.9:6443", i);
   for (int i = 0; i < 5; ++i) peers.Observe("sa:a", "[fd00::5]:41000", "[fd00::9]:6443", 100 + i);
   peers.Observe("sa:a", "", "", 200);  // address unknown: counted for the client only
+  peers.Observe("sa:a", "not-an-endpoint", "", 201);  // not an address: the same
   peers.Observe("sa:b", "10.0.0.2:1", "10.0.0.9:6443", 300);
   EXPECT_EQ(peers.TopPeers("sa:a"), nlohmann::json::parse(R"([
       {"ip": "10.0.0.1", "requests": 30, "last_peer": "10.0.0.1:40029", "last_local": "10.0.0.9:6443"},
@@ -24,7 +25,7 @@ TEST(ClientPeers, CountsPerPeerIpAndKeepsTheLatestConnection) {
   nlohmann::json snapshot = peers.Snapshot(10 * kSec + 300);
   ASSERT_EQ(snapshot.size(), 2u);
   EXPECT_EQ(snapshot[0]["client"], "sa:a");
-  EXPECT_EQ(snapshot[0]["requests"], 36);
+  EXPECT_EQ(snapshot[0]["requests"], 37);
   EXPECT_EQ(snapshot[1]["client"], "sa:b");
   EXPECT_DOUBLE_EQ(snapshot[1]["seconds_since_last"].get<double>(), 10.0);
 }
@@ -62,11 +63,11 @@ TEST(ClientPeers, AClientTakingAnEvictedOnesPlaceStartsFromNothing) {
   const std::string exempt = "exempt";
   const uint64_t a = ClientPeers::KeyOf("sa:a"), b = ClientPeers::KeyOf("sa:b");
   for (int i = 0; i < 3; ++i) {
-    peers.Observe(a, "sa:a", "10.0.0." + std::to_string(i) + ":1", "10.0.0.9:6443", kSec,
+    peers.Observe(a, "sa:a", ParseTcpEndpoint("10.0.0." + std::to_string(i) + ":1"), ParseTcpEndpoint("10.0.0.9:6443"), kSec,
                   {.list = true, .response_bytes = 100, .status = 409, .priority_level = &exempt});
   }
   // sa:b takes sa:a's place (and its buffers): nothing of sa:a's may show.
-  peers.Observe(b, "sa:b", "10.1.0.1:2", "10.0.0.9:6443", 2 * kSec, {.status = 200});
+  peers.Observe(b, "sa:b", ParseTcpEndpoint("10.1.0.1:2"), ParseTcpEndpoint("10.0.0.9:6443"), 2 * kSec, {.status = 200});
   EXPECT_EQ(peers.evictions(), 1u);
   EXPECT_EQ(peers.TopPeers("sa:a"), nlohmann::json::array());
   const nlohmann::json top = peers.TopSnapshot(2 * kSec);
@@ -89,15 +90,15 @@ TEST(ClientPeers, TopSnapshotCountsListsConflictsThrottlesAndApfPerClient) {
                  c = ClientPeers::KeyOf("sa:c");
   // sa:a: 3 LISTs of 1000 bytes, 2 GETs; then a 409 and two 429s at workload-low.
   for (int i = 0; i < 3; ++i) {
-    peers.Observe(a, "sa:a", "10.0.0.1:1", "", 1 * kSec,
+    peers.Observe(a, "sa:a", ParseTcpEndpoint("10.0.0.1:1"), std::nullopt, 1 * kSec,
                   {.list = true, .response_bytes = 1000, .status = 200, .priority_level = &exempt});
   }
-  for (int i = 0; i < 2; ++i) peers.Observe(a, "sa:a", "", "", 1 * kSec, {.response_bytes = 7, .status = 200});
-  peers.Observe(a, "sa:a", "", "", 2 * kSec, {.status = 409, .priority_level = &workload_low});
-  for (int i = 0; i < 2; ++i) peers.Observe(a, "sa:a", "", "", 2 * kSec, {.status = 429, .priority_level = &none});
+  for (int i = 0; i < 2; ++i) peers.Observe(a, "sa:a", std::nullopt, std::nullopt, 1 * kSec, {.response_bytes = 7, .status = 200});
+  peers.Observe(a, "sa:a", std::nullopt, std::nullopt, 2 * kSec, {.status = 409, .priority_level = &workload_low});
+  for (int i = 0; i < 2; ++i) peers.Observe(a, "sa:a", std::nullopt, std::nullopt, 2 * kSec, {.status = 429, .priority_level = &none});
   // sa:b: 10 GETs long ago (quiet now); sa:c: 4 GETs.
-  for (int i = 0; i < 10; ++i) peers.Observe(b, "sa:b", "", "", 0, {.status = 200});
-  for (int i = 0; i < 4; ++i) peers.Observe(c, "sa:c", "", "", 40 * kSec, {.status = 200});
+  for (int i = 0; i < 10; ++i) peers.Observe(b, "sa:b", std::nullopt, std::nullopt, 0, {.status = 200});
+  for (int i = 0; i < 4; ++i) peers.Observe(c, "sa:c", std::nullopt, std::nullopt, 40 * kSec, {.status = 200});
   EXPECT_EQ(peers.total_requests(), 22u);
 
   // At 41 s, seen in the last 30 s: only sa:c (sa:a's last request was at 2 s, sa:b's at 0).
@@ -106,7 +107,7 @@ TEST(ClientPeers, TopSnapshotCountsListsConflictsThrottlesAndApfPerClient) {
   EXPECT_EQ(top[0]["client"], "sa:c");
   // With a window that holds everyone: busiest since the previous call first (sa:c's 4 were
   // before it: 0 since), then by requests.
-  peers.Observe(c, "sa:c", "", "", 41 * kSec, {.status = 200});
+  peers.Observe(c, "sa:c", std::nullopt, std::nullopt, 41 * kSec, {.status = 200});
   top = peers.TopSnapshot(42 * kSec, 100, 100 * kSec);
   ASSERT_EQ(top.size(), 3u) << top.dump();
   EXPECT_EQ(top[0]["client"], "sa:c");  // 1 request since the previous snapshot

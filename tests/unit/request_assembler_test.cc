@@ -74,8 +74,8 @@ TEST(H2Events, ConnectionAddressesReachTheRecord) {
   auto ev = DecodeCaptureEvent(bytes);
   ASSERT_TRUE(ev.ok()) << ev.error().message;
   const auto& req = std::get<H2RequestEvent>(*ev);
-  EXPECT_EQ(req.peer_address, "10.244.1.7:51234");
-  EXPECT_EQ(req.local_address, "[fd00::1]:6443");
+  EXPECT_EQ(FormatTcpEndpoint(req.peer_address), "10.244.1.7:51234");
+  EXPECT_EQ(FormatTcpEndpoint(req.local_address), "[fd00::1]:6443");
 
   // The resolver gets the connection, with where BPF found its client certificate.
   fixed.client_cert_der = 0x7f0000001000;
@@ -95,8 +95,8 @@ TEST(H2Events, ConnectionAddressesReachTheRecord) {
   auto record = assembler.OnResponse(std::get<H2ResponseEvent>(
       *DecodeCaptureEvent(ResponseBytes(7, 0xc000100000, 3, 2000, 200, 10))));
   ASSERT_TRUE(record);
-  EXPECT_EQ(record->peer_address, "10.244.1.7:51234");
-  EXPECT_EQ(record->local_address, "[fd00::1]:6443");
+  EXPECT_EQ(FormatTcpEndpoint(record->peer_address), "10.244.1.7:51234");
+  EXPECT_EQ(FormatTcpEndpoint(record->local_address), "[fd00::1]:6443");
 
   // Not a TCP connection (or unreadable): no address rather than a wrong one.
   fixed.peer.ip_len = 5;
@@ -104,8 +104,8 @@ TEST(H2Events, ConnectionAddressesReachTheRecord) {
   std::memcpy(bytes.data(), &fixed, offsetof(sw_h2_request, data));
   const auto decoded = DecodeCaptureEvent(bytes);  // the event outlives the checks below
   const auto& unknown = std::get<H2RequestEvent>(*decoded);
-  EXPECT_EQ(unknown.peer_address, "");
-  EXPECT_EQ(unknown.local_address, "");
+  EXPECT_EQ(unknown.peer_address, std::nullopt);
+  EXPECT_EQ(unknown.local_address, std::nullopt);
 }
 
 TEST(TcpEndpoint, FormatsLikeGoAndStripsTheV4MappedPrefix) {
@@ -114,9 +114,29 @@ TEST(TcpEndpoint, FormatsLikeGoAndStripsTheV4MappedPrefix) {
   EXPECT_EQ(FormatTcpEndpoint(v4, 443), "127.0.0.1:443");
   EXPECT_EQ(FormatTcpEndpoint(v6, 6443), "[2001:db8::42]:6443");
   EXPECT_EQ(FormatTcpEndpoint(std::span<const uint8_t>(v4, 3), 1), "");
-  EXPECT_EQ(EndpointHost("127.0.0.1:443"), "127.0.0.1");
-  EXPECT_EQ(EndpointHost("[2001:db8::42]:6443"), "2001:db8::42");
-  EXPECT_EQ(EndpointHost(""), "");
+}
+
+TEST(TcpEndpoint, ReadsBackWhatItWritesAndNothingElse) {
+  for (const char* text : {"127.0.0.1:443", "10.244.3.17:40000", "[2001:db8::42]:6443",
+                           "[::1]:0", "0.0.0.0:65535"}) {
+    const std::optional<TcpEndpoint> e = ParseTcpEndpoint(text);
+    ASSERT_TRUE(e) << text;
+    EXPECT_EQ(FormatTcpEndpoint(*e), text);
+  }
+  // IPv4 is kept as Go keeps it, ::ffff:a.b.c.d, so both spellings are one endpoint.
+  const std::optional<TcpEndpoint> v4 = ParseTcpEndpoint("10.0.0.7:443");
+  ASSERT_TRUE(v4);
+  EXPECT_EQ(v4->ip, (std::array<uint8_t, 16>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 7}));
+  EXPECT_EQ(v4->port, 443);
+  EXPECT_EQ(ParseTcpEndpoint("[::ffff:10.0.0.7]:443"), v4);
+  EXPECT_EQ(FormatIp(v4->ip), "10.0.0.7");
+  EXPECT_EQ(FormatIp(ParseTcpEndpoint("[fd00::7]:1")->ip), "fd00::7");
+  for (const char* bad : {"", "10.0.0.7", "10.0.0.7:", "10.0.0.7:65536", "10.0.0.7:-1",
+                          "10.0.0.7:44x", "10.0.0:1", "fd00::7:1", "[fd00::7:1", "[10.0.0.7]:1",
+                          "host.example:443", "[fd00::1%eth0]:1",
+                          "[1111:2222:3333:4444:5555:6666:7777:8888:9999:aaaa:bbbb]:1"}) {
+    EXPECT_FALSE(ParseTcpEndpoint(bad)) << bad;
+  }
 }
 
 TEST(H2Events, RejectsMalformedEvents) {
