@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/core/tcp_endpoint.h"
@@ -43,6 +44,19 @@ struct RequestInfo {
   // AuthorizeWithSelectors reads them; empty otherwise.
   std::string field_selector;
   std::string label_selector;
+
+  // Every field as a new RequestInfo has it, the strings' buffers kept (the parser fills one
+  // RequestInfo per request: no allocation once they have grown).
+  void Clear() {
+    is_resource_request = false;
+    verb_kind = KubeVerb::kOther;
+    parts_count = 0;
+    verb_via_path_prefix = false;
+    for (std::string* s : {&path, &verb, &api_prefix, &api_group, &api_version, &namespace_,
+                           &resource, &subresource, &name, &field_selector, &label_selector}) {
+      s->clear();
+    }
+  }
 
   bool operator==(const RequestInfo&) const = default;
 };
@@ -190,8 +204,10 @@ struct RequestRecord {
   uint64_t response_bytes = 0;
   ResponseFacts response;
   // Transient: the start of a write's response body, parsed into `response` and cleared by the
-  // pipeline before the record goes anywhere (a body may hold a Secret).
-  std::string response_body_prefix;
+  // pipeline before the record goes anywhere (a body may hold a Secret). A view of the bytes
+  // the body was captured in (the ring buffer's event, an HTTP/1.1 exchange): never copied,
+  // valid until the record is delivered.
+  std::string_view response_body_prefix;
   // What reading that prefix established; empty when there was none to read.
   std::optional<BodyFacts> body_read;
 

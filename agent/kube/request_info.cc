@@ -622,20 +622,13 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   // Start as a non-resource request until proven otherwise: every field as a new RequestInfo
   // has it, the strings' buffers kept. Go's URL.Path is the decoded path; a target Go could
   // not parse never reaches the apiserver, so keep it raw.
-  info.is_resource_request = false;
+  info.Clear();
   if (!PercentDecodeInto(raw_path, /*plus_is_space=*/false, info.path)) info.path.assign(raw_path);
   Set(info.verb, method);
   for (char& c : info.verb) {  // ASCII, as std::tolower in the C locale (no call per char)
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   }
   info.verb_kind = KubeVerbOf(info.verb);
-  for (std::string* field : {&info.api_prefix, &info.api_group, &info.api_version,
-                             &info.namespace_, &info.resource, &info.subresource, &info.name,
-                             &info.field_selector, &info.label_selector}) {
-    field->clear();
-  }
-  info.parts_count = 0;
-  info.verb_via_path_prefix = false;
   if (parts_out) parts_out->clear();
 
   const auto parts = SplitPath(info.path);

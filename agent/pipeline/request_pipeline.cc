@@ -245,7 +245,7 @@ void RequestPipeline::OnRequest(RequestRecord& r, bool replayed) {
   if (write && !r.response_body_prefix.empty()) {
     r.body_read = ParseObjectFacts(r.response_body_prefix, &r.response);
   }
-  std::string().swap(r.response_body_prefix);
+  r.response_body_prefix = {};
   NameApfLevels(r.response);
   etcd_links_.Match(r);
   Deliver(r);

@@ -55,11 +55,9 @@ Result<CaptureEvent> DecodeRequest(std::span<const uint8_t> bytes) {
     uint16_t value_len = Load<uint16_t>(p + 2);
     p += 4;
     if (end - p < name_len + value_len) return Error{"h2 request field past the data"};
-    HeaderField f;
-    f.name.assign(reinterpret_cast<const char*>(p), name_len);
-    f.value.assign(reinterpret_cast<const char*>(p + name_len), value_len);
+    const char* name = reinterpret_cast<const char*>(p);
+    ev.fields.push_back({std::string_view(name, name_len), std::string_view(name + name_len, value_len)});
     p += name_len + value_len;
-    ev.fields.push_back(std::move(f));
   }
   return CaptureEvent{std::move(ev)};
 }
@@ -81,11 +79,15 @@ Result<CaptureEvent> DecodeResponse(std::span<const uint8_t> bytes) {
   CopyHeader(raw.hdr, ev);
   ev.status = raw.status;
   ev.wrote_bytes = raw.wrote_bytes;
-  ev.priority_level_uid.assign(raw.priority_level_uid, raw.priority_level_uid_len);
-  ev.flow_schema_uid.assign(raw.flow_schema_uid, raw.flow_schema_uid_len);
-  ev.retry_after.assign(raw.retry_after, raw.retry_after_len);
+  // Views of the event's bytes (`raw` is a copy on the stack).
+  const auto* event = reinterpret_cast<const char*>(bytes.data());
+  ev.priority_level_uid = std::string_view(event + offsetof(sw_h2_response, priority_level_uid),
+                                           raw.priority_level_uid_len);
+  ev.flow_schema_uid = std::string_view(event + offsetof(sw_h2_response, flow_schema_uid),
+                                        raw.flow_schema_uid_len);
+  ev.retry_after = std::string_view(event + offsetof(sw_h2_response, retry_after), raw.retry_after_len);
   ev.header_walk_incomplete = raw.header_walk_incomplete != 0;
-  ev.body_prefix.assign(reinterpret_cast<const char*>(bytes.data() + kFixed), raw.body_len);
+  ev.body_prefix = std::string_view(event + kFixed, raw.body_len);
   return CaptureEvent{std::move(ev)};
 }
 

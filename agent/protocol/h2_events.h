@@ -2,10 +2,13 @@
 // Pure: bytes in, a decoded event or an error out. Never trusts a length it was given.
 #pragma once
 
+#include <absl/container/inlined_vector.h>
+
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -14,9 +17,11 @@
 
 namespace stormwatch {
 
+// Decoded events view the event's bytes (the ring buffer's record): valid while those are.
+// Nothing is copied or allocated to decode one (the drain decodes ~15,000 a second).
 struct HeaderField {
-  std::string name;
-  std::string value;
+  std::string_view name;
+  std::string_view value;
 };
 
 struct H2RequestEvent {
@@ -30,7 +35,8 @@ struct H2RequestEvent {
   uint64_t client_cert_der = 0;  // no token: the connection's client certificate in the target
   uint32_t client_cert_der_len = 0;
   uint16_t field_count = 0;  // fields the frame had
-  std::vector<HeaderField> fields;  // fields kept (may be fewer: see truncated())
+  // Fields kept (may be fewer: see truncated()); client-go sends 8 to 10.
+  absl::InlinedVector<HeaderField, 16> fields;
   bool truncated() const { return fields.size() < field_count; }
 };
 
@@ -42,13 +48,13 @@ struct H2ResponseEvent {
   uint32_t stream_id = 0;
   int64_t status = 0;
   int64_t wrote_bytes = 0;
-  std::string priority_level_uid;  // X-Kubernetes-PF-PriorityLevel-UID
-  std::string flow_schema_uid;     // X-Kubernetes-PF-FlowSchema-UID
-  std::string retry_after;         // Retry-After, as sent
+  std::string_view priority_level_uid;  // X-Kubernetes-PF-PriorityLevel-UID
+  std::string_view flow_schema_uid;     // X-Kubernetes-PF-FlowSchema-UID
+  std::string_view retry_after;         // Retry-After, as sent
   bool header_walk_incomplete = false;
-  // The start of a write's response body (kept only until its object facts are parsed: a
-  // body may be a Secret and never leaves the process).
-  std::string body_prefix;
+  // The start of a write's response body (read for object facts while the event lives, never
+  // copied: a body may be a Secret).
+  std::string_view body_prefix;
 };
 
 using CaptureEvent = std::variant<H2RequestEvent, H2ResponseEvent>;

@@ -10,33 +10,48 @@ RequestAssembler::RequestAssembler(IdentityResolver resolver, AssemblerLimits li
     : resolver_(std::move(resolver)), limits_(limits) {}
 
 void RequestAssembler::OnRequest(const H2RequestEvent& ev) {
-  RequestRecord r;
-  r.pid = ev.tgid;
-  r.conn_id = ev.conn;
-  r.local_address = ev.local_address;
-  r.peer_address = ev.peer_address;
-  r.stream_id = ev.stream_id;
-  r.start_ns = ev.ts_ns;
-  std::string_view authorization, user_agent;
+  std::string_view method, path, content_type, authorization, user_agent;
   for (const HeaderField& f : ev.fields) {
     // HPACK field names are lower case in HTTP/2 (RFC 9113 8.2.1).
     if (f.name == ":method") {
-      r.method = f.value;
+      method = f.value;
     } else if (f.name == ":path") {
-      r.path = f.value;
+      path = f.value;
     } else if (f.name == "content-type") {
-      r.content_type = f.value;
+      content_type = f.value;
     } else if (f.name == "authorization") {
       authorization = f.value;
     } else if (f.name == "user-agent") {
       user_agent = f.value;
     }
   }
-  if (r.method.empty()) {
+  if (method.empty()) {
     ++stats_.trailers_ignored;
     return;
   }
   if (ev.truncated()) ++stats_.truncated_headers;
+
+  const Key key{ev.tgid, ev.stream_id, ev.conn};
+  if (auto it = pending_.find(key); it != pending_.end()) {
+    // Same stream seen again: the first one's response was lost (e.g. reset stream).
+    ++stats_.requests_without_response;
+    Release(it->second);
+  }
+  if (pending_.size() >= limits_.max_pending) {
+    ++stats_.requests_without_response;
+    Release(oldest_);
+  }
+  RequestRecord& r = slots_[Take(key)].record;
+  r.pid = ev.tgid;
+  r.conn_id = ev.conn;
+  r.local_address = ev.local_address;
+  r.peer_address = ev.peer_address;
+  r.stream_id = ev.stream_id;
+  r.start_ns = ev.ts_ns;
+  r.method.assign(method);
+  r.path.assign(path);
+  r.content_type.assign(content_type);
+  // The token is read here and not kept: only the identity it resolves to is.
   if (IdentityRef identity = resolver_({.pid = ev.tgid,
                                         .conn = ev.conn,
                                         .client_cert_der = ev.client_cert_der,
@@ -44,21 +59,55 @@ void RequestAssembler::OnRequest(const H2RequestEvent& ev) {
                                        authorization, user_agent)) {
     r.identity = std::move(identity);
   }
+}
 
-  Key key{ev.tgid, ev.stream_id, ev.conn};
-  if (auto it = pending_.find(key); it != pending_.end()) {
-    // Same stream seen again: the first one's response was lost (e.g. reset stream).
-    ++stats_.requests_without_response;
-    order_.erase(it->second.order);
-    pending_.erase(it);
+uint32_t RequestAssembler::Take(const Key& key) {
+  uint32_t i;
+  if (free_.empty()) {
+    i = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  } else {
+    i = free_.back();
+    free_.pop_back();
+    // As a new record, keeping the buffers a request fills (method, path, content type, the
+    // APF UIDs, RequestInfo's strings).
+    RequestRecord& r = slots_[i].record;
+    std::string method = std::move(r.method), path = std::move(r.path),
+                content_type = std::move(r.content_type),
+                level_uid = std::move(r.response.priority_level_uid),
+                schema_uid = std::move(r.response.flow_schema_uid);
+    RequestInfo info = std::move(r.info);
+    r = RequestRecord();
+    r.method = std::move(method);
+    r.path = std::move(path);
+    r.content_type = std::move(content_type);
+    r.response.priority_level_uid = std::move(level_uid);
+    r.response.flow_schema_uid = std::move(schema_uid);
+    r.info = std::move(info);
+    r.info.Clear();
+    r.method.clear();
+    r.path.clear();
+    r.content_type.clear();
+    r.response.priority_level_uid.clear();
+    r.response.flow_schema_uid.clear();
   }
-  if (pending_.size() >= limits_.max_pending) {
-    ++stats_.requests_without_response;
-    pending_.erase(order_.front());
-    order_.pop_front();
-  }
-  order_.push_back(key);
-  pending_.emplace(key, Pending{std::move(r), std::prev(order_.end())});
+  Slot& slot = slots_[i];
+  slot.key = key;
+  slot.older = newest_;
+  slot.newer = kNone;
+  (newest_ == kNone ? oldest_ : slots_[newest_].newer) = i;
+  newest_ = i;
+  pending_.emplace(key, i);
+  return i;
+}
+
+void RequestAssembler::Release(uint32_t i) {
+  Slot& slot = slots_[i];
+  pending_.erase(slot.key);
+  (slot.older == kNone ? oldest_ : slots_[slot.older].newer) = slot.newer;
+  (slot.newer == kNone ? newest_ : slots_[slot.newer].older) = slot.older;
+  slot.older = slot.newer = kNone;
+  free_.push_back(i);
 }
 
 int ParseRetryAfter(std::string_view value) {
@@ -71,46 +120,43 @@ int ParseRetryAfter(std::string_view value) {
   return seconds;
 }
 
-std::optional<RequestRecord> RequestAssembler::OnResponse(const H2ResponseEvent& ev) {
+RequestRecord* RequestAssembler::OnResponse(const H2ResponseEvent& ev) {
   auto it = pending_.find(Key{ev.tgid, ev.stream_id, ev.conn});
   if (it == pending_.end()) {
     ++stats_.responses_without_request;
-    return std::nullopt;
+    return nullptr;
   }
-  RequestRecord r = std::move(it->second.record);
-  order_.erase(it->second.order);
-  pending_.erase(it);
+  const uint32_t i = it->second;
+  Release(i);
+  RequestRecord& r = slots_[i].record;
   r.end_ns = ev.ts_ns;
   // A handler that wrote no header gets net/http's implicit 200 when it returns.
   r.status = ev.status == 0 ? 200 : static_cast<int>(ev.status);
   r.response_bytes = ev.wrote_bytes > 0 ? static_cast<uint64_t>(ev.wrote_bytes) : 0;
-  r.response.priority_level_uid = ev.priority_level_uid;
-  r.response.flow_schema_uid = ev.flow_schema_uid;
+  r.response.priority_level_uid.assign(ev.priority_level_uid);
+  r.response.flow_schema_uid.assign(ev.flow_schema_uid);
   r.response.retry_after_s = ParseRetryAfter(ev.retry_after);
   r.response_body_prefix = ev.body_prefix;
-  return r;
+  return &r;
 }
 
 void RequestAssembler::Expire(uint64_t now_ns) {
-  while (!order_.empty()) {
-    auto it = pending_.find(order_.front());
-    uint64_t start = it->second.record.start_ns;
+  while (oldest_ != kNone) {
+    const uint64_t start = slots_[oldest_].record.start_ns;
     if (now_ns < start || now_ns - start < limits_.max_age_ns) break;
     ++stats_.requests_without_response;
-    pending_.erase(it);
-    order_.pop_front();
+    Release(oldest_);
   }
 }
 
 void RequestAssembler::ForgetProcess(uint32_t tgid) {
-  for (auto it = order_.begin(); it != order_.end();) {
-    if (it->tgid == tgid) {
-      pending_.erase(*it);
-      it = order_.erase(it);
+  for (uint32_t i = oldest_; i != kNone;) {
+    const uint32_t newer = slots_[i].newer;
+    if (slots_[i].key.tgid == tgid) {
+      Release(i);
       ++stats_.requests_without_response;
-    } else {
-      ++it;
     }
+    i = newer;
   }
 }
 

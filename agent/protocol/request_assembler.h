@@ -1,13 +1,17 @@
 // Joins the two halves of an HTTP/2 request (decoded headers at processHeaders, the result at
 // handlerDone) into one RequestRecord. Pure and single-threaded; bounded state.
+//
+// Requests in flight wait in slots that are reused, each keeping its record's string buffers,
+// found by a flat index and chained oldest first through the slots: once the slots have grown
+// to the most requests in flight at once, joining a request allocates nothing.
 #pragma once
+
+#include <absl/container/flat_hash_map.h>
 
 #include <cstdint>
 #include <functional>
-#include <list>
-#include <optional>
 #include <string_view>
-#include <unordered_map>
+#include <vector>
 
 #include "agent/core/request_record.h"
 #include "agent/protocol/h2_events.h"
@@ -45,7 +49,9 @@ class RequestAssembler {
   RequestAssembler(IdentityResolver resolver, AssemblerLimits limits = {});
 
   void OnRequest(const H2RequestEvent& ev);
-  std::optional<RequestRecord> OnResponse(const H2ResponseEvent& ev);
+  // The record `ev` completes, the assembler's own: the caller's to read and change until the
+  // next call to the assembler. nullptr when no request waits for it.
+  RequestRecord* OnResponse(const H2ResponseEvent& ev);
   // Drops pending requests older than max_age (their response will never be matched).
   void Expire(uint64_t now_ns);
   // Forgets every pending request of a process that went away.
@@ -66,16 +72,24 @@ class RequestAssembler {
       return std::hash<uint64_t>{}(k.conn ^ (uint64_t{k.tgid} << 32) ^ k.stream_id * 0x9E3779B97F4A7C15ull);
     }
   };
-  using Order = std::list<Key>;  // oldest first, for eviction
-  struct Pending {
-    RequestRecord record;
-    Order::iterator order;
+  static constexpr uint32_t kNone = UINT32_MAX;
+  struct Slot {
+    RequestRecord record;  // a request in flight; when free, the buffers for the next one
+    Key key{};
+    uint32_t older = kNone, newer = kNone;  // arrival order (oldest_ first), for eviction
   };
+
+  // A free slot for `key`'s request (its record as a new one, the buffers kept), the newest.
+  uint32_t Take(const Key& key);
+  // Frees pending slot `i` (unindexed, unlinked); its record stays readable until the next Take.
+  void Release(uint32_t i);
 
   IdentityResolver resolver_;
   AssemblerLimits limits_;
-  std::unordered_map<Key, Pending, KeyHash> pending_;
-  Order order_;
+  std::vector<Slot> slots_;  // grows to the most requests in flight at once
+  std::vector<uint32_t> free_;
+  absl::flat_hash_map<Key, uint32_t, KeyHash> pending_;  // slot by request
+  uint32_t oldest_ = kNone, newest_ = kNone;
   AssemblerStats stats_;
 };
 

@@ -35,7 +35,9 @@
 #include "agent/record/capture_file.h"
 #include "agent/replay.h"
 #include "exporters/prometheus_exporter.h"
+#include "bpf/events.h"
 #include "tests/unit/base64url.h"
+#include "tests/unit/event_bytes.h"
 
 // Heap allocations made while the pipeline holds a record (the record's own copy left out):
 // the per-record path should make none (issue: "no per-record allocation on the hot path").
@@ -290,6 +292,31 @@ struct LoopFigures {
   double loop_ns = 0, tick_ns = 0;  // this thread's CPU time
 };
 
+// The detectors evaluated at each recorded second, as the agent's drain loop does once a
+// second, timed apart (a cost per second and per tracked key, not per record).
+class RecordedSeconds {
+ public:
+  void At(uint64_t end_ns, RequestPipeline& pipeline, LoopFigures& f) {
+    const int64_t s = static_cast<int64_t>(end_ns / 1'000'000'000);
+    if (s == second_) return;
+    if (second_ >= 0) {
+      const double tick_start = ThreadCpuNs();
+      pipeline.Tick(s * 1'000'000'000 + 10'000'000);
+      f.tick_ns += ThreadCpuNs() - tick_start;
+      ++f.ticks;
+    }
+    second_ = s;
+  }
+
+ private:
+  int64_t second_ = -1;
+};
+
+uint64_t WarmupRecords() {
+  const char* warmup = std::getenv("REPLAY_BENCH_WARMUP");
+  return warmup ? std::strtoull(warmup, nullptr, 10) : 0;
+}
+
 // The live path after the ring buffer over `loaded`: each record copied (as the protocol stage
 // builds it from ring-buffer bytes) and handed to `pipeline`, the detectors evaluated at each
 // recorded second, timed apart (a cost per second and per tracked key, not per record).
@@ -299,25 +326,14 @@ struct LoopFigures {
 // the warm-up), when each client's and object's state exists: the steady state.
 LoopFigures ReplayLoaded(const std::vector<CaptureRecord>& loaded, RequestPipeline& pipeline,
                          LiveIdentities* live = nullptr) {
-  const char* warmup = std::getenv("REPLAY_BENCH_WARMUP");
-  const uint64_t warmup_records = warmup ? std::strtoull(warmup, nullptr, 10) : 0;
+  const uint64_t warmup_records = WarmupRecords();
   LoopFigures f;
   const double loop_start = ThreadCpuNs();
-  int64_t second = -1;
+  RecordedSeconds seconds;
   for (const CaptureRecord& rec : loaded) {
     const bool request = std::holds_alternative<RequestRecord>(rec);
-    const uint64_t end_ns =
-        request ? std::get<RequestRecord>(rec).end_ns : std::get<EtcdRequest>(rec).end_ns;
-    const int64_t s = static_cast<int64_t>(end_ns / 1'000'000'000);
-    if (s != second) {
-      if (second >= 0) {
-        const double tick_start = ThreadCpuNs();
-        pipeline.Tick(s * 1'000'000'000 + 10'000'000);
-        f.tick_ns += ThreadCpuNs() - tick_start;
-        ++f.ticks;
-      }
-      second = s;
-    }
+    seconds.At(request ? std::get<RequestRecord>(rec).end_ns : std::get<EtcdRequest>(rec).end_ns,
+               pipeline, f);
     const bool collect = f.records >= warmup_records;
     if (collect) CALLGRIND_TOGGLE_COLLECT;
     // Copied just before the pipeline takes it and freed once processed (hot in cache, as on
@@ -386,6 +402,165 @@ void BM_Pipeline(benchmark::State& state) {
                  : sized ? "limits sized to the live set"
                  : live  ? "default limits, identities resolved from tokens"
                          : "default limits");
+}
+
+// The capture's requests as the ring buffer holds them: for each, the HTTP/2 request event
+// the BPF program writes (every header field client-go sends, with the client's bearer token,
+// and the connection's ends) and its response event (status, bytes written, the APF UIDs
+// kube-apiserver answers with, Retry-After on a 429, and the start of a write's response body:
+// the object, or a 409's Status). One arena in record order, as a ring holds them. The
+// capture's etcd calls are left out: their probes are etcd's.
+struct RingEvents {
+  struct Request {
+    size_t request_at, request_len, response_at, response_len;
+    uint64_t end_ns;
+  };
+  std::vector<uint8_t> bytes;
+  std::vector<Request> requests;
+};
+
+sw_sock_addr SockAddrOf(const std::optional<TcpEndpoint>& e) {
+  sw_sock_addr out{};
+  if (!e) return out;
+  out.ip_len = 4;  // the capture's clients are IPv4: the BPF program reports 4 bytes
+  out.port = e->port;
+  std::memcpy(out.ip, e->ip.data() + 12, 4);
+  return out;
+}
+
+// A write's response body as kube-apiserver starts it: the object (JSON), or a 409's Status.
+std::string WriteResponseBody(const RequestRecord& r) {
+  if (r.status == 409) {
+    return R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":)"
+           R"("Operation cannot be fulfilled on the object: the object has been modified; please )"
+           R"(apply your changes to the latest version and try again","reason":"Conflict",)"
+           R"("details":{"name":"obj"},"code":409})";
+  }
+  return R"({"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"obj","namespace":"ns",)"
+         R"("uid":"5e1f2a3b-9a8b-4c6d-8e7f-0a1b2c3d4e5f","resourceVersion":"48213377",)"
+         R"("generation":)" + std::to_string(r.response.generation) +
+         R"(,"creationTimestamp":"2026-11-30T08:00:00Z","finalizers":["example.com/cleanup"]},)"
+         R"("data":{"config.yaml":"replicas: 3\nmode: active\n"}})";
+}
+
+RingEvents EventsOf(const std::vector<CaptureRecord>& loaded, const LiveIdentities& identities) {
+  RingEvents ring;
+  ring.requests.reserve(loaded.size());
+  auto append = [&](const std::vector<uint8_t>& event) {
+    ring.bytes.insert(ring.bytes.end(), event.begin(), event.end());
+    return event.size();
+  };
+  for (const CaptureRecord& rec : loaded) {
+    const auto* r = std::get_if<RequestRecord>(&rec);
+    if (!r) continue;
+    const int client = static_cast<int>(r->conn_id - 0xc000000000);
+    const bool write = r->method[0] == 'P' || r->method[0] == 'D';
+    const bool kubectl = UserAgentOf(client) == kUserAgents[0];
+    std::vector<std::pair<std::string_view, std::string_view>> fields = {
+        {":method", r->method},
+        {":scheme", "https"},
+        {":authority", "10.0.0.2:6443"},
+        {":path", r->path},
+        {"accept", kubectl ? "application/json" : "application/vnd.kubernetes.protobuf, */*"},
+        {"user-agent", UserAgentOf(client)},
+        {"authorization", identities.tokens[client]},
+        {"accept-encoding", "gzip"}};
+    if (write && r->method != "DELETE") {
+      fields.push_back({"content-type", r->method == "PATCH" ? "application/merge-patch+json"
+                                                             : "application/json"});
+      fields.push_back({"content-length", "412"});
+    }
+    RingEvents::Request at{};
+    at.end_ns = r->end_ns;
+    at.request_at = ring.bytes.size();
+    at.request_len = append(H2RequestEventBytes(
+        {SW_EV_H2_REQUEST, r->pid, r->start_ns, r->conn_id, r->stream_id, 0}, fields,
+        SockAddrOf(r->peer_address), SockAddrOf(r->local_address)));
+
+    sw_h2_response response{};
+    response.hdr = {SW_EV_H2_RESPONSE, r->pid, r->end_ns, r->conn_id, r->stream_id, 0};
+    response.status = r->status;
+    response.wrote_bytes = static_cast<int64_t>(r->response_bytes);
+    // kube-apiserver's X-Kubernetes-PF-*-UID headers (36-character UIDs).
+    constexpr std::string_view kLevelUid = "3f6c1d2e-8a9b-4c0d-9e1f-2a3b4c5d6e7f";
+    constexpr std::string_view kSchemaUid = "7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d";
+    response.priority_level_uid_len = kLevelUid.size();
+    response.flow_schema_uid_len = kSchemaUid.size();
+    std::memcpy(response.priority_level_uid, kLevelUid.data(), kLevelUid.size());
+    std::memcpy(response.flow_schema_uid, kSchemaUid.data(), kSchemaUid.size());
+    if (r->status == 429) {
+      response.retry_after_len = 1;
+      response.retry_after[0] = '1';
+    }
+    const std::string body = write ? WriteResponseBody(*r) : "";
+    response.body_len = static_cast<uint32_t>(body.size());
+    at.response_at = ring.bytes.size();
+    at.response_len = append(EventBytes(response, offsetof(sw_h2_response, body), body));
+    ring.requests.push_back(at);
+  }
+  return ring;
+}
+
+// The live path from the ring buffer on: each request's two events decoded, assembled into a
+// record, its identity resolved from its token, then as BM_Pipeline. REPLAY_BENCH_WARMUP and
+// the allocation count as there (the first 100k requests, or the warm-up, not counted).
+LoopFigures ReplayEvents(const RingEvents& ring, RequestPipeline& pipeline) {
+  const uint64_t warmup_records = WarmupRecords();
+  LoopFigures f;
+  const double loop_start = ThreadCpuNs();
+  RecordedSeconds seconds;
+  for (const RingEvents::Request& at : ring.requests) {
+    seconds.At(at.end_ns, pipeline, f);
+    const bool collect = f.records >= warmup_records;
+    if (collect) CALLGRIND_TOGGLE_COLLECT;
+    const bool count = f.records >= std::max<uint64_t>(warmup_records, 100'000);
+    g_count_allocations = count;
+    pipeline.OnEvent(std::span(ring.bytes.data() + at.request_at, at.request_len));
+    pipeline.OnEvent(std::span(ring.bytes.data() + at.response_at, at.response_len));
+    g_count_allocations = false;
+    f.counted += count;
+    if (collect) CALLGRIND_TOGGLE_COLLECT;
+    ++f.records;
+  }
+  f.loop_ns = ThreadCpuNs() - loop_start;
+  return f;
+}
+
+void BM_PipelineFromEvents(benchmark::State& state) {
+  const auto loaded = LoadCapture(state, 0);
+  if (!loaded) return;
+  const LiveIdentities identities;
+  const RingEvents ring = EventsOf(*loaded, identities);
+  LoopFigures total;
+  g_allocations = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto exporter = std::make_unique<PrometheusExporter>();
+    auto pipeline = std::make_unique<MeteredPipeline>(exporter.get(), Limits(false),
+                                                      [](const StormTransition&) {});
+    state.ResumeTiming();
+    const LoopFigures f = ReplayEvents(ring, *pipeline);
+    total.records += f.records;
+    total.ticks += f.ticks;
+    total.counted += f.counted;
+    total.loop_ns += f.loop_ns;
+    total.tick_ns += f.tick_ns;
+    state.PauseTiming();
+    // Every request made a record (a response without its request is not one).
+    if (pipeline->stats().requests != f.records || pipeline->stats().decode_errors != 0) {
+      state.SkipWithError("events lost: not as the BPF program writes them");
+    }
+    state.counters["rss_mib"] = static_cast<double>(RssKiB()) / 1024.0;
+    pipeline.reset();
+    exporter.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(total.records));
+  state.counters["per_record_rate"] = total.records / ((total.loop_ns - total.tick_ns) / 1e9);
+  state.counters["allocs_per_record"] =
+      total.counted ? static_cast<double>(g_allocations) / total.counted : 0;
+  state.counters["ring_mib"] = static_cast<double>(ring.bytes.size()) / (1 << 20);
+  state.SetLabel("requests of 10,000 clients from their ring-buffer events, default limits");
 }
 
 // Where the per-record time goes, timed (callgrind counts instructions and simulated misses;
@@ -520,6 +695,7 @@ BENCHMARK(BM_PipelineParts)
     ->ArgsProduct({{0, 1, 2, 3, 10, 11, 12, 13, 14, 15, 16, 17}, {0, 2}})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
+BENCHMARK(BM_PipelineFromEvents)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_IdentityResolve)->Arg(1)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace

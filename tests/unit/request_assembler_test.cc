@@ -2,12 +2,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <deque>
+#include <span>
 #include <vector>
 
 #include "agent/protocol/h2_events.h"
 #include "agent/protocol/request_assembler.h"
 #include "agent/core/tcp_endpoint.h"
 #include "bpf/events.h"
+#include "tests/unit/allocation_count.h"
 #include "tests/unit/event_bytes.h"
 
 namespace stormwatch {
@@ -164,17 +167,24 @@ IdentityRef FakeResolver(const RequestConnection&, std::string_view authorizatio
   return std::make_shared<const Identity>(std::move(id));
 }
 
+// `bytes` kept for the rest of the test program: decoded events view the bytes they came from.
+std::span<const uint8_t> Kept(std::vector<uint8_t> bytes) {
+  static std::deque<std::vector<uint8_t>> kept;
+  return kept.emplace_back(std::move(bytes));
+}
+
 H2RequestEvent Req(uint32_t tgid, uint64_t conn, uint32_t stream, uint64_t ts,
                    std::string method, std::string path) {
-  auto ev = DecodeCaptureEvent(RequestBytes(
+  auto ev = DecodeCaptureEvent(Kept(RequestBytes(
       tgid, conn, stream, ts,
-      {{":method", method}, {":path", path}, {"authorization", "Bearer abcdef"}, {"user-agent", "ua/1"}}));
+      {{":method", method}, {":path", path}, {"authorization", "Bearer abcdef"}, {"user-agent", "ua/1"}})));
   return std::get<H2RequestEvent>(*ev);
 }
 
 H2ResponseEvent Resp(uint32_t tgid, uint64_t conn, uint32_t stream, uint64_t ts, int64_t status,
                      int64_t bytes) {
-  return std::get<H2ResponseEvent>(*DecodeCaptureEvent(ResponseBytes(tgid, conn, stream, ts, status, bytes)));
+  return std::get<H2ResponseEvent>(
+      *DecodeCaptureEvent(Kept(ResponseBytes(tgid, conn, stream, ts, status, bytes))));
 }
 
 TEST(RequestAssembler, JoinsByProcessConnectionAndStream) {
@@ -206,7 +216,7 @@ TEST(RequestAssembler, JoinsByProcessConnectionAndStream) {
 
 TEST(RequestAssembler, TrailersAreNotRequests) {
   RequestAssembler a(FakeResolver);
-  auto ev = std::get<H2RequestEvent>(*DecodeCaptureEvent(RequestBytes(1, 1, 1, 1, {{"grpc-status", "0"}})));
+  auto ev = std::get<H2RequestEvent>(*DecodeCaptureEvent(Kept(RequestBytes(1, 1, 1, 1, {{"grpc-status", "0"}}))));
   a.OnRequest(ev);
   EXPECT_EQ(a.pending(), 0u);
   EXPECT_EQ(a.stats().trailers_ignored, 1u);
@@ -233,9 +243,92 @@ TEST(RequestAssembler, BoundedAndExpiring) {
 TEST(RequestAssembler, TruncatedHeadersAreCounted) {
   RequestAssembler a(FakeResolver);
   auto ev = std::get<H2RequestEvent>(*DecodeCaptureEvent(
-      RequestBytes(1, 1, 1, 1, {{":method", "GET"}, {":path", "/api"}}, /*field_count=*/60)));
+      Kept(RequestBytes(1, 1, 1, 1, {{":method", "GET"}, {":path", "/api"}}, /*field_count=*/60))));
   a.OnRequest(ev);
   EXPECT_EQ(a.stats().truncated_headers, 1u);
+}
+
+// A slot a finished request left is taken by the next request: its record shows nothing of the
+// one before (whatever the pipeline wrote into it), and once the slots and their buffers have
+// grown, joining a request allocates nothing.
+TEST(RequestAssembler, AReusedSlotStartsFromNothingAndJoiningAllocatesNothing) {
+  const IdentityRef someone = std::make_shared<const Identity>();
+  RequestAssembler a([&](const RequestConnection&, std::string_view, std::string_view) { return someone; });
+  const std::string path = "/apis/batch.company.com/v1/namespaces/etl/datajobs/nightly/status";
+  a.OnRequest(std::get<H2RequestEvent>(*DecodeCaptureEvent(Kept(RequestBytes(
+      1, 1, 1, 10,
+      {{":method", "PATCH"}, {":path", path}, {"content-type", "application/merge-patch+json"}})))));
+  sw_h2_response conflict{};
+  conflict.hdr = {SW_EV_H2_RESPONSE, 1, 20, 1, 1, 0};
+  conflict.status = 409;
+  const std::string level_uid = "3f6c1d2e-8a9b-4c0d-9e1f-2a3b4c5d6e7f";
+  conflict.priority_level_uid_len = level_uid.size();
+  std::memcpy(conflict.priority_level_uid, level_uid.data(), level_uid.size());
+  conflict.flow_schema_uid_len = level_uid.size();
+  std::memcpy(conflict.flow_schema_uid, level_uid.data(), level_uid.size());
+  const std::string body = R"({"kind":"Status","code":409})";
+  conflict.body_len = body.size();
+  RequestRecord* r = a.OnResponse(std::get<H2ResponseEvent>(
+      *DecodeCaptureEvent(Kept(EventBytes(conflict, offsetof(sw_h2_response, body), body)))));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->path, path);
+  EXPECT_EQ(r->content_type, "application/merge-patch+json");
+  EXPECT_EQ(r->response.priority_level_uid, level_uid);
+  EXPECT_EQ(r->response_body_prefix, body);
+  // What the pipeline learns and writes into the record.
+  r->info.resource = "datajobs";
+  r->info.is_resource_request = true;
+  r->response.object_seen = true;
+  r->response.generation = 7;
+  r->response.priority_level = "workload-low";
+  r->body_read = BodyFacts{};
+  r->keys.set = true;
+
+  // The next request, on another connection, takes the freed slot.
+  const H2RequestEvent get = Req(1, 2, 1, 30, "GET", "/api/v1/pods");
+  const H2ResponseEvent ok = Resp(1, 2, 1, 40, 200, 5);
+  RequestRecord* next = nullptr;
+  EXPECT_EQ(stormwatch::testing::AllocationsDuring([&] {
+              a.OnRequest(get);
+              next = a.OnResponse(ok);
+            }),
+            0u);
+  ASSERT_EQ(next, r);  // the same slot
+  EXPECT_EQ(next->method, "GET");
+  EXPECT_EQ(next->path, "/api/v1/pods");
+  EXPECT_EQ(next->conn_id, 2u);
+  EXPECT_EQ(next->start_ns, 30u);
+  EXPECT_EQ(next->end_ns, 40u);
+  EXPECT_EQ(next->status, 200);
+  EXPECT_EQ(next->response_bytes, 5u);
+  EXPECT_EQ(next->identity, someone);
+  EXPECT_EQ(next->content_type, "");
+  EXPECT_EQ(next->response_body_prefix, "");
+  EXPECT_EQ(next->info, RequestInfo{});
+  EXPECT_EQ(next->response.priority_level_uid, "");
+  EXPECT_EQ(next->response.priority_level, "");
+  EXPECT_FALSE(next->response.object_seen);
+  EXPECT_EQ(next->response.generation, -1);
+  EXPECT_FALSE(next->body_read);
+  EXPECT_FALSE(next->keys.set);
+  EXPECT_EQ(a.pending(), 0u);
+}
+
+// Eviction and expiry go oldest first through requests answered out of order.
+TEST(RequestAssembler, OldestFirstAcrossAnswersOutOfOrder) {
+  RequestAssembler a(FakeResolver, AssemblerLimits{.max_pending = 3, .max_age_ns = 1000});
+  for (uint32_t s = 1; s <= 3; ++s) a.OnRequest(Req(1, 1, s, s, "GET", "/api"));
+  ASSERT_TRUE(a.OnResponse(Resp(1, 1, 2, 9, 200, 0)));  // the middle one answered
+  a.OnRequest(Req(1, 1, 4, 4, "GET", "/api"));
+  a.OnRequest(Req(1, 1, 5, 5, "GET", "/api"));           // full: stream 1 goes
+  EXPECT_EQ(a.stats().requests_without_response, 1u);
+  EXPECT_FALSE(a.OnResponse(Resp(1, 1, 1, 9, 200, 0)));
+  a.Expire(1003);  // streams 3 (at 3) is 1000 old; 4 and 5 are not
+  EXPECT_EQ(a.pending(), 2u);
+  EXPECT_FALSE(a.OnResponse(Resp(1, 1, 3, 9, 200, 0)));
+  EXPECT_TRUE(a.OnResponse(Resp(1, 1, 4, 9, 200, 0)));
+  EXPECT_TRUE(a.OnResponse(Resp(1, 1, 5, 9, 200, 0)));
+  EXPECT_EQ(a.pending(), 0u);
 }
 
 }  // namespace

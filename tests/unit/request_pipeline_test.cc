@@ -39,22 +39,10 @@ sw_sock_addr V4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint16_t port) {
 }
 
 std::vector<uint8_t> RequestEvent(uint64_t conn, uint32_t stream, int64_t ts,
-                                  std::vector<std::pair<std::string, std::string>> fields,
+                                  std::vector<std::pair<std::string_view, std::string_view>> fields,
                                   sw_sock_addr peer = {}, sw_sock_addr local = {}) {
-  std::vector<uint8_t> data;
-  for (const auto& [n, v] : fields) {
-    uint16_t lens[2] = {uint16_t(n.size()), uint16_t(v.size())};
-    data.insert(data.end(), (uint8_t*)lens, (uint8_t*)lens + 4);
-    data.insert(data.end(), n.begin(), n.end());
-    data.insert(data.end(), v.begin(), v.end());
-  }
-  sw_h2_request fixed{};
-  fixed.hdr = {SW_EV_H2_REQUEST, 42, uint64_t(ts), conn, stream, 0};
-  fixed.field_count = fixed.fields_kept = fields.size();
-  fixed.data_len = data.size();
-  fixed.peer = peer;
-  fixed.local = local;
-  return EventBytes(fixed, offsetof(sw_h2_request, data), data);
+  return H2RequestEventBytes({SW_EV_H2_REQUEST, 42, uint64_t(ts), conn, stream, 0}, fields, peer,
+                             local);
 }
 
 std::vector<uint8_t> ResponseEvent(uint64_t conn, uint32_t stream, int64_t ts, int64_t status) {
