@@ -70,6 +70,7 @@ class MetadataReader final : public nlohmann::json_sax<Json> {
       CommitPending();
       in_metadata_ = false;
       metadata_ended_ = true;
+      return false;  // all that is read is known (kind comes before metadata): stops the parse
     }
     --depth_;
     return true;
@@ -98,6 +99,12 @@ class MetadataReader final : public nlohmann::json_sax<Json> {
       CommitPending();  // a new member: the previous value was complete
       NoteMetadataKey(k);
       meta_key_ = k;
+      // Past every member read (managedFields, often kilobytes, comes after them in the typed
+      // order; spec and status after metadata): the rest would change nothing. Stops the parse.
+      if (Passed("resourceVersion") && Passed("generation") && Passed("deletionTimestamp") &&
+          Passed("finalizers")) {
+        return false;
+      }
     }
     return true;
   }

@@ -8,7 +8,9 @@
 // 10 requests. `replay_bench --benchmark_min_time=...` prints records/s (items_per_second) and
 // the process RSS after each run; CI runs it briefly as a smoke test. BM_PipelineParts times
 // the same loop with parts left out (detectors, metrics, each detector alone): where the
-// per-record time goes, in ns per record.
+// per-record time goes, in ns per record. BM_PipelineFromEvents starts where the agent's drain
+// does, at the ring buffer's bytes: each request's two HTTP/2 events decoded and joined, its
+// token resolved, its write body read, then as BM_Pipeline.
 #include <benchmark/benchmark.h>
 #include <sodium.h>
 #include <unistd.h>
@@ -29,6 +31,7 @@
 #include <random>
 #include <string>
 
+#include "agent/kube/object_facts.h"
 #include "agent/kube/record_keys.h"
 #include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
@@ -681,6 +684,47 @@ void BM_IdentityResolve(benchmark::State& state) {
                  : "10,000 clients, cache of " + std::to_string(capacity));
 }
 
+
+// A write's response body read for object facts (generation, deletionTimestamp, finalizers,
+// resourceVersion), as the BPF program keeps it: the first 4 KB of a Deployment as kube-apiserver
+// returns it from an update (typed JSON: kind, apiVersion, metadata with labels, annotations and
+// managedFields, then spec and status), so the body is cut. ns per body.
+void BM_ObjectFacts(benchmark::State& state) {
+  std::string managed;
+  for (const char* manager : {"kube-controller-manager", "kubectl-client-side-apply", "argocd-controller"}) {
+    managed += std::string(managed.empty() ? "" : ",") + R"({"manager":")" + manager +
+               R"(","operation":"Update","apiVersion":"apps/v1","time":"2026-11-30T08:00:00Z",)"
+               R"("fieldsType":"FieldsV1","fieldsV1":{"f:metadata":{"f:annotations":{".":{},)"
+               R"("f:deployment.kubernetes.io/revision":{}}},"f:status":{"f:availableReplicas":{},)"
+               R"("f:conditions":{".":{},"k:{\"type\":\"Available\"}":{".":{},"f:lastTransitionTime":{},)"
+               R"("f:lastUpdateTime":{},"f:message":{},"f:reason":{},"f:status":{},"f:type":{}}},)"
+               R"("f:observedGeneration":{},"f:readyReplicas":{},"f:replicas":{},"f:updatedReplicas":{}}}})";
+  }
+  std::string body =
+      R"({"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"checkout","namespace":"shop",)"
+      R"("uid":"5e1f2a3b-9a8b-4c6d-8e7f-0a1b2c3d4e5f","resourceVersion":"48213377","generation":42,)"
+      R"("creationTimestamp":"2026-11-30T08:00:00Z","labels":{"app":"checkout","team":"payments",)"
+      R"("app.kubernetes.io/managed-by":"argocd"},"annotations":{"deployment.kubernetes.io/revision":"17",)"
+      R"("argocd.argoproj.io/tracking-id":"shop:apps/Deployment:shop/checkout"},)"
+      R"("finalizers":["example.com/cleanup"],"managedFields":[)" + managed + R"(]},"spec":{"replicas":3,)";
+  while (body.size() < 4096) {
+    body += R"("template":{"spec":{"containers":[{"name":"app","image":"registry.example/checkout:1.2.3",)"
+            R"("resources":{"requests":{"cpu":"250m","memory":"256Mi"}}}]}},)";
+  }
+  body.resize(4096);  // the BPF program's SW_BODY_PREFIX
+  ResponseFacts facts;
+  uint64_t bodies = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(ParseObjectFacts(body, &facts));
+    ++bodies;
+  }
+  if (!facts.object_seen || facts.generation != 42 || facts.finalizers.size() != 1) {
+    state.SkipWithError("the body's facts were not read");
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(bodies));
+  state.SetLabel("4 KB of a Deployment (managedFields, spec), typed JSON");
+}
+
 // 1.1M records (1M requests + 100k etcd calls) each; the smoke run in CI uses the same file.
 BENCHMARK(BM_ReplayFile)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_Pipeline)
@@ -696,6 +740,7 @@ BENCHMARK(BM_PipelineParts)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 BENCHMARK(BM_PipelineFromEvents)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_ObjectFacts);
 BENCHMARK(BM_IdentityResolve)->Arg(1)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
