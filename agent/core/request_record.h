@@ -137,6 +137,22 @@ struct ResponseFacts {
   // "cut off before them".
   bool finalizers_seen = false;
   std::string resource_version;
+
+  // Every field as a new ResponseFacts has it, the buffers kept.
+  void Clear() {
+    for (std::string* s : {&priority_level_uid, &flow_schema_uid, &priority_level, &flow_schema,
+                           &resource_version}) {
+      s->clear();
+    }
+    retry_after_s = -1;
+    object_seen = false;
+    generation = -1;
+    deletion_timestamp = false;
+    finalizers.clear();
+    finalizers_seen = false;
+  }
+
+  bool operator==(const ResponseFacts&) const = default;
 };
 
 // How a response body was encoded, and what reading its first bytes established
@@ -154,6 +170,7 @@ enum class BodyFactsResult {
 struct BodyFacts {
   BodyEncoding encoding = BodyEncoding::kOther;
   BodyFactsResult result = BodyFactsResult::kUnreadable;
+  bool operator==(const BodyFacts&) const = default;
 };
 
 // The connection a request came on, as far as naming its client needs it.
@@ -172,6 +189,7 @@ struct EtcdReads {
   int64_t keys = 0;     // kvs the Range returned
   uint64_t bytes = 0;   // their key + value bytes
   int64_t limit = 0;    // the Range's limit (a cache-served consistent LIST reads 1 key)
+  bool operator==(const EtcdReads&) const = default;
 };
 
 // Hashes of who and what a request is about, computed once per record (agent/kube/record_keys.h)
@@ -183,6 +201,7 @@ struct RecordKeys {
   uint64_t resource = 0;  // API group + resource
   uint64_t object = 0;    // resource + namespace + name
   bool set = false;       // false: not computed (detectors compute them themselves)
+  bool operator==(const RecordKeys&) const = default;
 };
 
 struct RequestRecord {
@@ -220,6 +239,32 @@ struct RequestRecord {
   RecordKeys keys;  // of identity and info, once both are final
 
   EtcdReads etcd;
+
+  // Every field as a new record has it (protocol "HTTP/2"), the strings' buffers kept: for a
+  // record reused request after request (the HTTP/2 assembler's slots). A new field is cleared
+  // here too (RequestRecord.ClearIsANewRecordWithItsBuffersKept fails until it is).
+  void Clear() {
+    pid = stream_id = 0;
+    conn_id = start_ns = end_ns = 0;
+    protocol.assign("HTTP/2");
+    peer_address.reset();
+    local_address.reset();
+    method.clear();
+    path.clear();
+    content_type.clear();
+    status = 0;
+    response_bytes = 0;
+    response.Clear();
+    response_body_prefix = {};
+    body_read.reset();
+    info.Clear();
+    shape = QueryShape();
+    identity = NoIdentity();
+    keys = RecordKeys();
+    etcd = EtcdReads();
+  }
+
+  bool operator==(const RequestRecord&) const = default;
 };
 
 }  // namespace stormwatch

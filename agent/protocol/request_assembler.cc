@@ -69,27 +69,7 @@ uint32_t RequestAssembler::Take(const Key& key) {
   } else {
     i = free_.back();
     free_.pop_back();
-    // As a new record, keeping the buffers a request fills (method, path, content type, the
-    // APF UIDs, RequestInfo's strings).
-    RequestRecord& r = slots_[i].record;
-    std::string method = std::move(r.method), path = std::move(r.path),
-                content_type = std::move(r.content_type),
-                level_uid = std::move(r.response.priority_level_uid),
-                schema_uid = std::move(r.response.flow_schema_uid);
-    RequestInfo info = std::move(r.info);
-    r = RequestRecord();
-    r.method = std::move(method);
-    r.path = std::move(path);
-    r.content_type = std::move(content_type);
-    r.response.priority_level_uid = std::move(level_uid);
-    r.response.flow_schema_uid = std::move(schema_uid);
-    r.info = std::move(info);
-    r.info.Clear();
-    r.method.clear();
-    r.path.clear();
-    r.content_type.clear();
-    r.response.priority_level_uid.clear();
-    r.response.flow_schema_uid.clear();
+    slots_[i].record.Clear();  // as a new record, the buffers kept
   }
   Slot& slot = slots_[i];
   slot.key = key;

@@ -331,5 +331,68 @@ TEST(RequestAssembler, OldestFirstAcrossAnswersOutOfOrder) {
   EXPECT_EQ(a.pending(), 0u);
 }
 
+// The assembler's slots reuse records: Clear() must leave nothing of the request before.
+TEST(RequestRecord, ClearIsANewRecordWithItsBuffersKept) {
+  // A field added to RequestRecord changes its size: clear it in RequestRecord::Clear(), set it
+  // below, then update this size.
+  static_assert(sizeof(RequestRecord) == 984, "RequestRecord changed: see the comment above");
+  RequestRecord r;
+  r.pid = 1;
+  r.conn_id = 2;
+  r.stream_id = 3;
+  r.start_ns = 4;
+  r.end_ns = 5;
+  r.protocol = "HTTP/1.1";
+  r.peer_address = ParseTcpEndpoint("10.0.0.7:40000");
+  r.local_address = ParseTcpEndpoint("10.0.0.2:6443");
+  r.method = "PATCH";
+  r.path = "/apis/batch.company.com/v1/namespaces/etl/datajobs/nightly/status";
+  r.content_type = "application/merge-patch+json";
+  r.status = 409;
+  r.response_bytes = 6;
+  r.response.priority_level_uid = "3f6c1d2e-8a9b-4c0d-9e1f-2a3b4c5d6e7f";
+  r.response.flow_schema_uid = "7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d";
+  r.response.priority_level = "workload-low";
+  r.response.flow_schema = "service-accounts";
+  r.response.retry_after_s = 1;
+  r.response.object_seen = true;
+  r.response.generation = 7;
+  r.response.deletion_timestamp = true;
+  r.response.finalizers = {"example.com/cleanup"};
+  r.response.finalizers_seen = true;
+  r.response.resource_version = "48213377";
+  r.response_body_prefix = "{}";
+  r.body_read = BodyFacts{BodyEncoding::kJson, BodyFactsResult::kObject};
+  r.info.is_resource_request = true;
+  r.info.path = "/apis/batch.company.com/v1/namespaces/etl/datajobs/nightly/status";
+  r.info.verb = "patch";
+  r.info.verb_kind = KubeVerb::kPatch;
+  r.info.api_prefix = "apis";
+  r.info.api_group = "batch.company.com";
+  r.info.api_version = "v1";
+  r.info.namespace_ = "etl";
+  r.info.resource = "datajobs";
+  r.info.subresource = "status";
+  r.info.name = "nightly";
+  r.info.parts_count = 3;
+  r.info.verb_via_path_prefix = true;
+  r.info.field_selector = "metadata.name=nightly";
+  r.info.label_selector = "app=etl";
+  r.shape.consistency = QueryShape::Consistency::kConsistent;
+  r.shape.paginated = r.shape.continued = r.shape.label_selector = r.shape.field_selector = true;
+  r.shape.send_initial_events = r.shape.watch_param = true;
+  r.shape.limit = 500;
+  r.shape.timeout_seconds = 300;
+  r.identity = std::make_shared<const Identity>();
+  r.keys = {1, 2, 3, 4, true};
+  r.etcd = {1, 500, 1'000'000, 0};
+  const char* path_buffer = r.path.data();
+
+  r.Clear();
+  EXPECT_TRUE(r == RequestRecord());
+  EXPECT_EQ(r.path.data(), path_buffer);  // the buffer kept
+  EXPECT_EQ(r.identity, NoIdentity());
+}
+
 }  // namespace
 }  // namespace stormwatch
