@@ -320,6 +320,48 @@ uint64_t WarmupRecords() {
   return warmup ? std::strtoull(warmup, nullptr, 10) : 0;
 }
 
+// One record of a loop: `step(count)` collected by callgrind past the warm-up, its allocations
+// counted (where `step` sets g_count_allocations = count) past the first 100k records or the
+// warm-up, when each client's and object's state exists.
+template <typename Step>
+void MeasuredStep(LoopFigures& f, uint64_t warmup_records, Step step) {
+  const bool collect = f.records >= warmup_records;
+  if (collect) CALLGRIND_TOGGLE_COLLECT;
+  const bool count = f.records >= std::max<uint64_t>(warmup_records, 100'000);
+  step(count);
+  g_count_allocations = false;
+  f.counted += count;
+  if (collect) CALLGRIND_TOGGLE_COLLECT;
+  ++f.records;
+}
+
+// Benchmark passes over one pipeline each (made and torn down untimed, default alert sink),
+// `pass(pipeline)` timed; the figures summed, rss_mib after the last pass.
+template <typename Pass>
+LoopFigures RunPasses(benchmark::State& state, const DetectorsConfig& detectors, Pass pass) {
+  LoopFigures total;
+  g_allocations = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto exporter = std::make_unique<PrometheusExporter>();
+    auto pipeline = std::make_unique<MeteredPipeline>(exporter.get(), detectors,
+                                                      [](const StormTransition&) {});
+    state.ResumeTiming();
+    const LoopFigures f = pass(*pipeline);
+    total.records += f.records;
+    total.ticks += f.ticks;
+    total.counted += f.counted;
+    total.loop_ns += f.loop_ns;
+    total.tick_ns += f.tick_ns;
+    state.PauseTiming();
+    state.counters["rss_mib"] = static_cast<double>(RssKiB()) / 1024.0;
+    pipeline.reset();  // teardown is not the pipeline's per-record cost
+    exporter.reset();
+    state.ResumeTiming();
+  }
+  return total;
+}
+
 // The live path after the ring buffer over `loaded`: each record copied (as the protocol stage
 // builds it from ring-buffer bytes) and handed to `pipeline`, the detectors evaluated at each
 // recorded second, timed apart (a cost per second and per tracked key, not per record).
@@ -337,26 +379,21 @@ LoopFigures ReplayLoaded(const std::vector<CaptureRecord>& loaded, RequestPipeli
     const bool request = std::holds_alternative<RequestRecord>(rec);
     seconds.At(request ? std::get<RequestRecord>(rec).end_ns : std::get<EtcdRequest>(rec).end_ns,
                pipeline, f);
-    const bool collect = f.records >= warmup_records;
-    if (collect) CALLGRIND_TOGGLE_COLLECT;
     // Copied just before the pipeline takes it and freed once processed (hot in cache, as on
     // the live path): copies of the whole capture made beforehand were freed cold, one
     // scattered record at a time, 40% of the time, a cost the live path does not have.
-    const bool count = f.records >= std::max<uint64_t>(warmup_records, 100'000);
-    if (request) {
-      RequestRecord copy(std::get<RequestRecord>(rec));
-      g_count_allocations = count;
-      if (live) copy.identity = live->Resolve(copy);
-      pipeline.ReplayRequest(std::move(copy));
-    } else {
-      EtcdRequest copy(std::get<EtcdRequest>(rec));
-      g_count_allocations = count;
-      pipeline.ReplayEtcdCall(std::move(copy));
-    }
-    g_count_allocations = false;
-    f.counted += count;
-    if (collect) CALLGRIND_TOGGLE_COLLECT;
-    ++f.records;
+    MeasuredStep(f, warmup_records, [&](bool count) {
+      if (request) {
+        RequestRecord copy(std::get<RequestRecord>(rec));
+        g_count_allocations = count;
+        if (live) copy.identity = live->Resolve(copy);
+        pipeline.ReplayRequest(std::move(copy));
+      } else {
+        EtcdRequest copy(std::get<EtcdRequest>(rec));
+        g_count_allocations = count;
+        pipeline.ReplayEtcdCall(std::move(copy));
+      }
+    });
   }
   f.loop_ns = ThreadCpuNs() - loop_start;
   return f;
@@ -374,26 +411,9 @@ void BM_Pipeline(benchmark::State& state) {
   if (!loaded) return;
   std::unique_ptr<LiveIdentities> live;
   if (state.range(0) == 3) live = std::make_unique<LiveIdentities>();
-  LoopFigures total;
-  g_allocations = 0;
-  for (auto _ : state) {
-    state.PauseTiming();
-    auto exporter = std::make_unique<PrometheusExporter>();
-    auto pipeline = std::make_unique<MeteredPipeline>(exporter.get(), Limits(sized),
-                                                      [](const StormTransition&) {});
-    state.ResumeTiming();
-    const LoopFigures f = ReplayLoaded(*loaded, *pipeline, live.get());
-    total.records += f.records;
-    total.ticks += f.ticks;
-    total.counted += f.counted;
-    total.loop_ns += f.loop_ns;
-    total.tick_ns += f.tick_ns;
-    state.PauseTiming();
-    state.counters["rss_mib"] = static_cast<double>(RssKiB()) / 1024.0;
-    pipeline.reset();
-    exporter.reset();
-    state.ResumeTiming();
-  }
+  const LoopFigures total = RunPasses(state, Limits(sized), [&](RequestPipeline& pipeline) {
+    return ReplayLoaded(*loaded, pipeline, live.get());
+  });
   state.SetItemsProcessed(static_cast<int64_t>(total.records));
   // items_per_second counts both; these split them: the per-record path alone (records/s
   // without the evaluations) and one evaluation of every detector (ms per recorded second).
@@ -514,16 +534,11 @@ LoopFigures ReplayEvents(const RingEvents& ring, RequestPipeline& pipeline) {
   RecordedSeconds seconds;
   for (const RingEvents::Request& at : ring.requests) {
     seconds.At(at.end_ns, pipeline, f);
-    const bool collect = f.records >= warmup_records;
-    if (collect) CALLGRIND_TOGGLE_COLLECT;
-    const bool count = f.records >= std::max<uint64_t>(warmup_records, 100'000);
-    g_count_allocations = count;
-    pipeline.OnEvent(std::span(ring.bytes.data() + at.request_at, at.request_len));
-    pipeline.OnEvent(std::span(ring.bytes.data() + at.response_at, at.response_len));
-    g_count_allocations = false;
-    f.counted += count;
-    if (collect) CALLGRIND_TOGGLE_COLLECT;
-    ++f.records;
+    MeasuredStep(f, warmup_records, [&](bool count) {
+      g_count_allocations = count;
+      pipeline.OnEvent(std::span(ring.bytes.data() + at.request_at, at.request_len));
+      pipeline.OnEvent(std::span(ring.bytes.data() + at.response_at, at.response_len));
+    });
   }
   f.loop_ns = ThreadCpuNs() - loop_start;
   return f;
@@ -534,30 +549,14 @@ void BM_PipelineFromEvents(benchmark::State& state) {
   if (!loaded) return;
   const LiveIdentities identities;
   const RingEvents ring = EventsOf(*loaded, identities);
-  LoopFigures total;
-  g_allocations = 0;
-  for (auto _ : state) {
-    state.PauseTiming();
-    auto exporter = std::make_unique<PrometheusExporter>();
-    auto pipeline = std::make_unique<MeteredPipeline>(exporter.get(), Limits(false),
-                                                      [](const StormTransition&) {});
-    state.ResumeTiming();
-    const LoopFigures f = ReplayEvents(ring, *pipeline);
-    total.records += f.records;
-    total.ticks += f.ticks;
-    total.counted += f.counted;
-    total.loop_ns += f.loop_ns;
-    total.tick_ns += f.tick_ns;
-    state.PauseTiming();
+  bool lost = false;
+  const LoopFigures total = RunPasses(state, Limits(false), [&](RequestPipeline& pipeline) {
+    const LoopFigures f = ReplayEvents(ring, pipeline);
     // Every request made a record (a response without its request is not one).
-    if (pipeline->stats().requests != f.records || pipeline->stats().decode_errors != 0) {
-      state.SkipWithError("events lost: not as the BPF program writes them");
-    }
-    state.counters["rss_mib"] = static_cast<double>(RssKiB()) / 1024.0;
-    pipeline.reset();
-    exporter.reset();
-    state.ResumeTiming();
-  }
+    lost = lost || pipeline.stats().requests != f.records || pipeline.stats().decode_errors != 0;
+    return f;
+  });
+  if (lost) state.SkipWithError("events lost: not as the BPF program writes them");
   state.SetItemsProcessed(static_cast<int64_t>(total.records));
   state.counters["per_record_rate"] = total.records / ((total.loop_ns - total.tick_ns) / 1e9);
   state.counters["allocs_per_record"] =
