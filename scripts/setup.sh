@@ -32,12 +32,14 @@ BUILD_PKGS=(
   libcivetweb-dev            # /healthz and /readyz (the metrics endpoint cannot answer 503)
   libspdlog-dev libfmt-dev   # logging, JSON alert lines
   nlohmann-json3-dev         # JWT claims and JSON alert/evidence documents
+  rapidjson-dev              # the per-request JSON reader of response bodies (allocation-free SAX)
   libprotobuf-dev protobuf-compiler  # request record / capture files
   libyaml-cpp-dev            # configuration file
   libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev       # Alertmanager push
   libssl-dev                 # client certificates' subjects (CN, O) from DER
   libsodium-dev              # SipHash-2-4 (keyed names of tokens, record keys) and base64url (JWTs)
+  libxxhash-dev              # XXH3-128 under a per-process secret: the identity cache's key per request
   libabsl-dev                # flat hash maps for the per-request state (detectors, metric children)
   libncurses-dev             # `stormwatch top`: the live terminal view (keys, resize)
 )

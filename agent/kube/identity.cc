@@ -1,6 +1,8 @@
 #include "agent/kube/identity.h"
 
 #include <sodium.h>
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t, to keep one per thread
+#include <xxhash.h>
 #include <string.h>  // explicit_bzero
 
 #include <array>
@@ -360,6 +362,25 @@ uint64_t KeyedHash(std::string_view data) {
     return SipKeyBytes(k.k0, k.k1);
   }();
   return SipHash24(key, data);
+}
+
+absl::uint128 CredentialKey(std::string_view authorization, std::string_view user_agent) {
+  static const std::array<unsigned char, XXH3_SECRET_DEFAULT_SIZE> secret = [] {
+    std::array<unsigned char, XXH3_SECRET_DEFAULT_SIZE> bytes;
+    std::random_device rd;
+    for (unsigned char& b : bytes) b = static_cast<unsigned char>(rd());
+    return bytes;
+  }();
+  // One pass over both headers, the first one's length between them so that no other split
+  // of the same bytes gives the same key. The state is the thread's (576 bytes, reset here).
+  thread_local XXH3_state_t state;
+  XXH3_128bits_reset_withSecret(&state, secret.data(), secret.size());
+  const uint64_t authorization_size = authorization.size();
+  XXH3_128bits_update(&state, authorization.data(), authorization.size());
+  XXH3_128bits_update(&state, &authorization_size, sizeof(authorization_size));
+  XXH3_128bits_update(&state, user_agent.data(), user_agent.size());
+  const XXH128_hash_t h = XXH3_128bits_digest(&state);
+  return absl::MakeUint128(h.high64, h.low64);
 }
 
 bool Base64UrlDecode(std::string_view in, std::string& out) {

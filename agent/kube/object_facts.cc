@@ -3,19 +3,20 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <rapidjson/memorystream.h>
+#include <rapidjson/reader.h>
 
 #include "agent/kube/object_facts_protobuf.h"
 
 namespace stormwatch {
 namespace {
-
-using Json = nlohmann::json;
 
 // ObjectMeta's members in Go struct order (built-in types); others are not ranked.
 constexpr std::array<std::string_view, 15> kTypedOrder = {
@@ -33,39 +34,104 @@ int TypedRank(std::string_view key) {
   return -1;
 }
 
-// SAX events up to the first error (the cut): only the top-level kind and metadata matter.
-class MetadataReader final : public nlohmann::json_sax<Json> {
+// The JSON reader's stack (strings it decodes, its nesting) through operator new, so the
+// allocation counters of the tests and benchmarks see it. Grown once per thread (see below).
+class CountedStackAllocator {
  public:
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t v) override { return Number(v); }
-  bool number_unsigned(number_unsigned_t v) override {
+  static constexpr bool kNeedFree = true;
+  void* Malloc(size_t size) { return size ? ::operator new(size) : nullptr; }
+  void* Realloc(void* old, size_t old_size, size_t new_size) {
+    if (new_size == 0) {
+      Free(old);
+      return nullptr;
+    }
+    void* grown = ::operator new(new_size);
+    if (old) std::memcpy(grown, old, std::min(old_size, new_size));
+    Free(old);
+    return grown;
+  }
+  static void Free(void* p) { ::operator delete(p); }
+};
+
+using JsonReader = rapidjson::GenericReader<rapidjson::UTF8<>, rapidjson::UTF8<>, CountedStackAllocator>;
+// Iterative: nesting is kept on the reader's heap stack, not the thread's (a hostile body of
+// 4,000 '[' must not recurse). Strings are checked to be UTF-8 (finalizers become label values).
+// A handler's false stops the parse (kParseErrorTermination), as does the cut.
+constexpr unsigned kJsonParseFlags = rapidjson::kParseIterativeFlag |
+                                     rapidjson::kParseStopWhenDoneFlag |
+                                     rapidjson::kParseValidateEncodingFlag;
+
+// Which top-level and metadata members matter, decided once per key.
+enum class TopKey { kOther, kKind, kMetadata };
+enum class MetaKey { kOther, kResourceVersion, kGeneration, kDeletionTimestamp, kFinalizers };
+
+MetaKey MetaKeyOf(std::string_view k) {
+  if (k == "resourceVersion") return MetaKey::kResourceVersion;
+  if (k == "generation") return MetaKey::kGeneration;
+  if (k == "deletionTimestamp") return MetaKey::kDeletionTimestamp;
+  if (k == "finalizers") return MetaKey::kFinalizers;
+  return MetaKey::kOther;
+}
+
+// SAX events up to the first error (the cut): only the top-level kind and metadata matter.
+// One per thread, reset per body: its strings keep their buffers, so a body allocates nothing.
+class MetadataReader {
+ public:
+  void Reset() {
+    depth_ = 0;
+    top_is_object_ = false;
+    top_key_ = TopKey::kOther;
+    kind_is_not_object_ = false;
+    metadata_started_ = in_metadata_ = metadata_ended_ = false;
+    meta_key_ = MetaKey::kOther;
+    order_ = Order::kUnknown;
+    max_typed_rank_ = -1;
+    max_sorted_key_size_ = 0;
+    pending_generation_.reset();
+    generation_.reset();
+    resource_version_.clear();
+    deletion_timestamp_ = false;
+    in_finalizers_ = false;
+    finalizers_read_ = 0;
+    finalizers_complete_ = false;
+  }
+
+  // rapidjson's handler concept.
+  bool Null() { return true; }
+  bool Bool(bool) { return true; }
+  bool Int(int v) { return Number(v); }
+  bool Uint(unsigned v) { return Number(v); }
+  bool Int64(int64_t v) { return Number(v); }
+  bool Uint64(uint64_t v) {
     return Number(v > static_cast<uint64_t>(INT64_MAX) ? -1 : static_cast<int64_t>(v));
   }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
+  bool Double(double) { return true; }
+  bool RawNumber(const char*, rapidjson::SizeType, bool) { return true; }
 
-  bool string(string_t& v) override {
-    if (depth_ == 1 && top_key_ == "kind") kind_ = v;
-    if (in_metadata_ && depth_ == 2) {
-      if (meta_key_ == "resourceVersion") resource_version_ = v;
-      if (meta_key_ == "deletionTimestamp" && !v.empty()) deletion_timestamp_ = true;
+  bool String(const char* data, rapidjson::SizeType size, bool) {
+    const std::string_view v(data, size);
+    if (depth_ == 1 && top_key_ == TopKey::kKind) {
+      kind_is_not_object_ = v == "Status" || (v.size() >= 4 && v.substr(v.size() - 4) == "List");
     }
-    if (in_finalizers_ && depth_ == 3) finalizers_partial_.push_back(v);
+    if (in_metadata_ && depth_ == 2) {
+      if (meta_key_ == MetaKey::kResourceVersion) resource_version_.assign(v);
+      if (meta_key_ == MetaKey::kDeletionTimestamp && !v.empty()) deletion_timestamp_ = true;
+    }
+    if (in_finalizers_ && depth_ == 3) AddFinalizer(v);
     return true;
   }
 
-  bool start_object(std::size_t) override {
+  bool StartObject() {
     ++depth_;
     if (depth_ == 1) top_is_object_ = true;
-    if (depth_ == 2 && top_key_ == "metadata" && !metadata_started_) {
+    if (depth_ == 2 && top_key_ == TopKey::kMetadata && !metadata_started_) {
       metadata_started_ = true;
       in_metadata_ = true;
     }
     return true;
   }
 
-  bool end_object() override {
+  bool EndObject(rapidjson::SizeType) {
     if (in_metadata_ && depth_ == 2) {
       CommitPending();
       in_metadata_ = false;
@@ -76,29 +142,31 @@ class MetadataReader final : public nlohmann::json_sax<Json> {
     return true;
   }
 
-  bool start_array(std::size_t) override {
+  bool StartArray() {
     ++depth_;
     if (depth_ == 1) return false;  // not an object
-    if (in_metadata_ && depth_ == 3 && meta_key_ == "finalizers") in_finalizers_ = true;
+    if (in_metadata_ && depth_ == 3 && meta_key_ == MetaKey::kFinalizers) in_finalizers_ = true;
     return true;
   }
 
-  bool end_array() override {
+  bool EndArray(rapidjson::SizeType) {
     if (in_finalizers_ && depth_ == 3) {
       in_finalizers_ = false;
-      finalizers_ = std::move(finalizers_partial_);
       finalizers_complete_ = true;
     }
     --depth_;
     return true;
   }
 
-  bool key(string_t& k) override {
-    if (depth_ == 1) top_key_ = k;
+  bool Key(const char* data, rapidjson::SizeType size, bool) {
+    const std::string_view k(data, size);
+    if (depth_ == 1) {
+      top_key_ = k == "kind" ? TopKey::kKind : k == "metadata" ? TopKey::kMetadata : TopKey::kOther;
+    }
     if (in_metadata_ && depth_ == 2) {
       CommitPending();  // a new member: the previous value was complete
       NoteMetadataKey(k);
-      meta_key_ = k;
+      meta_key_ = MetaKeyOf(k);
       // Past every member read (managedFields, often kilobytes, comes after them in the typed
       // order; spec and status after metadata): the rest would change nothing. Stops the parse.
       if (Passed("resourceVersion") && Passed("generation") && Passed("deletionTimestamp") &&
@@ -109,22 +177,18 @@ class MetadataReader final : public nlohmann::json_sax<Json> {
     return true;
   }
 
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
-    return false;  // the cut (or garbage): keep what was complete
-  }
-
   BodyFactsResult Fill(ResponseFacts* f) const {
     if (!top_is_object_) return BodyFactsResult::kUnreadable;
-    if (kind_ == "Status" || (kind_.size() >= 4 && kind_.compare(kind_.size() - 4, 4, "List") == 0)) {
-      return BodyFactsResult::kNotObject;
-    }
+    if (kind_is_not_object_) return BodyFactsResult::kNotObject;
     if (!metadata_started_) return BodyFactsResult::kPartial;
     f->deletion_timestamp = deletion_timestamp_;
     f->object_seen = deletion_timestamp_ || Passed("deletionTimestamp");
     f->generation = generation_.value_or(-1);
-    f->resource_version = resource_version_;
+    f->resource_version.assign(resource_version_);
     f->finalizers_seen = finalizers_complete_ || Passed("finalizers");
-    if (finalizers_complete_) f->finalizers = finalizers_;
+    if (finalizers_complete_) {
+      f->finalizers.assign(finalizers_.begin(), finalizers_.begin() + finalizers_read_);
+    }
     return f->object_seen ? BodyFactsResult::kObject : BodyFactsResult::kPartial;
   }
 
@@ -132,8 +196,18 @@ class MetadataReader final : public nlohmann::json_sax<Json> {
   enum class Order { kUnknown, kTyped, kSorted };
 
   bool Number(int64_t v) {
-    if (in_metadata_ && depth_ == 2 && meta_key_ == "generation") pending_generation_ = v;
+    if (in_metadata_ && depth_ == 2 && meta_key_ == MetaKey::kGeneration) pending_generation_ = v;
     return true;
+  }
+
+  // Into the strings of earlier bodies first: their buffers are kept.
+  void AddFinalizer(std::string_view v) {
+    if (finalizers_read_ < finalizers_.size()) {
+      finalizers_[finalizers_read_].assign(v);
+    } else {
+      finalizers_.emplace_back(v);
+    }
+    ++finalizers_read_;
   }
 
   void CommitPending() {
@@ -142,44 +216,55 @@ class MetadataReader final : public nlohmann::json_sax<Json> {
 
   // Stored objects always have a name, written first by the typed encoder; sorted maps start
   // with annotations or creationTimestamp.
-  void NoteMetadataKey(const std::string& k) {
+  void NoteMetadataKey(std::string_view k) {
     if (order_ == Order::kUnknown) {
       order_ = (k == "name" || k == "generateName") ? Order::kTyped : Order::kSorted;
     }
     if (order_ == Order::kTyped) {
       max_typed_rank_ = std::max(max_typed_rank_, TypedRank(k));
-    } else if (k > max_sorted_key_) {
-      max_sorted_key_ = k;
+    } else {
+      // Only the first bytes are kept: every member compared with is shorter, and a key is
+      // greater than such a member exactly when its first bytes are.
+      k = k.substr(0, std::min(k.size(), max_sorted_key_.size()));
+      if (k > MaxSortedKey()) {
+        std::copy(k.begin(), k.end(), max_sorted_key_.begin());
+        max_sorted_key_size_ = k.size();
+      }
     }
+  }
+
+  std::string_view MaxSortedKey() const {
+    return std::string_view(max_sorted_key_.data(), max_sorted_key_size_);
   }
 
   // True when the prefix went past where `member` would be: absent means absent.
   bool Passed(std::string_view member) const {
     if (metadata_ended_) return true;
     if (order_ == Order::kTyped) return max_typed_rank_ > TypedRank(member);
-    if (order_ == Order::kSorted) return max_sorted_key_ > member;
+    if (order_ == Order::kSorted) return MaxSortedKey() > member;
     return false;
   }
 
   int depth_ = 0;
   bool top_is_object_ = false;
-  std::string top_key_;
-  std::string kind_;
+  TopKey top_key_ = TopKey::kOther;
+  bool kind_is_not_object_ = false;  // a Status or a List
   bool metadata_started_ = false;
   bool in_metadata_ = false;
   bool metadata_ended_ = false;
-  std::string meta_key_;
+  MetaKey meta_key_ = MetaKey::kOther;
   Order order_ = Order::kUnknown;
   int max_typed_rank_ = -1;
-  std::string max_sorted_key_;
+  std::array<char, 32> max_sorted_key_{};  // longer than any member Passed() is asked about
+  size_t max_sorted_key_size_ = 0;
 
   std::optional<int64_t> pending_generation_;
   std::optional<int64_t> generation_;
   std::string resource_version_;
   bool deletion_timestamp_ = false;
   bool in_finalizers_ = false;
-  std::vector<std::string> finalizers_partial_;
-  std::vector<std::string> finalizers_;
+  std::vector<std::string> finalizers_;  // the first finalizers_read_ are this body's
+  size_t finalizers_read_ = 0;
   bool finalizers_complete_ = false;
 };
 
@@ -224,12 +309,14 @@ BodyFacts ParseObjectFacts(std::string_view body_prefix, ResponseFacts* facts) {
   if (first == std::string_view::npos || body_prefix[first] != '{') {
     return {BodyEncoding::kOther, BodyFactsResult::kUnreadable};
   }
-  MetadataReader reader;
-  try {
-    Json::sax_parse(body_prefix.begin(), body_prefix.end(), &reader);
-  } catch (const Json::exception&) {
-    // Garbage the reader did not stop on: keep what it saw before.
-  }
+  // Per thread, reused: the reader's stack and the handler's strings are grown once.
+  thread_local JsonReader json;
+  thread_local MetadataReader reader;
+  reader.Reset();
+  rapidjson::MemoryStream bytes(body_prefix.data(), body_prefix.size());  // '\0' past the end
+  // The result is not needed: the cut, garbage or the reader's own stop all end the parse, and
+  // what was complete before it is kept.
+  json.Parse<kJsonParseFlags>(bytes, reader);
   return {BodyEncoding::kJson, reader.Fill(facts)};
 }
 

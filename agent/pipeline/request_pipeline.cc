@@ -15,7 +15,7 @@
 namespace stormwatch {
 
 IdentityRef IdentityCache::Resolve(std::string_view authorization, std::string_view user_agent) {
-  const uint64_t key = KeyedHash(authorization) * 31 + KeyedHash(user_agent);
+  const absl::uint128 key = CredentialKey(authorization, user_agent);
   if (IdentityRef* found = lru_.Touch(key)) {
     ++hits_;
     return *found;
@@ -24,7 +24,7 @@ IdentityRef IdentityCache::Resolve(std::string_view authorization, std::string_v
   return lru_.FindOrInsert(
       key,
       [&] { return ShareIdentity(IdentityFromHeaders(authorization, user_agent)); },
-      [](uint64_t, IdentityRef&) {});
+      [](const absl::uint128&, IdentityRef&) {});
 }
 
 RequestPipeline::RequestPipeline(const DetectorsConfig& detectors, AssemblerLimits limits,

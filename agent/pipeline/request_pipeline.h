@@ -5,6 +5,8 @@
 // No BPF here: tests drive it with synthetic events.
 #pragma once
 
+#include <absl/numeric/int128.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,9 +37,9 @@
 namespace stormwatch {
 
 // JWT decoding per request is the costliest step after capture; identities repeat, so decoded
-// ones are kept by a keyed hash of (authorization, user agent), shared with every record and
-// detector that names them. Bounded, least recently used first out. The token itself is never
-// kept.
+// ones are kept by a keyed hash of (authorization, user agent) (CredentialKey), shared with every
+// record and detector that names them. Bounded, least recently used first out. The token itself
+// is never kept.
 class IdentityCache {
  public:
   explicit IdentityCache(size_t capacity) : lru_(capacity) {}
@@ -46,7 +48,7 @@ class IdentityCache {
   uint64_t misses() const { return misses_; }
 
  private:
-  BoundedLru<uint64_t, IdentityRef> lru_;  // by keyed hash of (authorization, user agent)
+  BoundedLru<absl::uint128, IdentityRef> lru_;  // by CredentialKey(authorization, user agent)
   uint64_t hits_ = 0, misses_ = 0;
 };
 

@@ -291,5 +291,27 @@ TEST(IdentityTest, SipHashReferenceVectors) {
   EXPECT_EQ(SipHash24(k0, k1, input), 0xa129ca6149be45e5ULL);
 }
 
+// The identity cache's key: every byte of either header counts, and so does where one header
+// ends (the same bytes split differently are another client).
+TEST(IdentityTest, CredentialKeyTellsEveryByteAndTheSplit) {
+  const std::string token = "Bearer " + Jwt(kBoundClaims);
+  const std::string agent = "datajob-operator/v1.4.2 (linux/amd64) kubernetes/$Format";
+  const absl::uint128 key = CredentialKey(token, agent);
+  EXPECT_EQ(CredentialKey(token, agent), key);
+  for (size_t i = 0; i < token.size(); ++i) {
+    std::string changed = token;
+    changed[i] ^= 0x01;
+    ASSERT_NE(CredentialKey(changed, agent), key) << "byte " << i << " of " << token.size();
+  }
+  for (size_t i = 0; i < agent.size(); ++i) {
+    std::string changed = agent;
+    changed[i] ^= 0x01;
+    ASSERT_NE(CredentialKey(token, changed), key) << "user agent byte " << i;
+  }
+  EXPECT_NE(CredentialKey(token + "x", agent), key);
+  EXPECT_NE(CredentialKey("Bearer ab", "c"), CredentialKey("Bearer a", "bc"));
+  EXPECT_NE(CredentialKey("", agent), CredentialKey(agent, ""));
+}
+
 }  // namespace
 }  // namespace stormwatch

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/allocation_count.h"
+
 #include <string>
 #include <vector>
 
@@ -206,6 +208,59 @@ TEST(ObjectFactsTest, GarbageAndEmptyResetEverythingButApf) {
     EXPECT_EQ(f.priority_level, "exempt");
     EXPECT_EQ(f.retry_after_s, 3);
   }
+}
+
+// The reader is the thread's, reused: once it has read a body, another of the same shape
+// allocates nothing (the API server's answers to writes are read on every one of them).
+// Finalizer names that do not fit a string's inline buffer are the exception (the record's
+// list is rebuilt per body).
+TEST(ObjectFactsTest, ABodyAllocatesNothingOnceTheReaderIsWarm) {
+  const std::string typed = CutAt(kTypedPod, R"("finalizers")") +
+                            R"("finalizers":["kubernetes"],"managedFields":[)";
+  const std::string sorted = CutAt(kSortedDataJob, R"("finalizers")") +
+                             R"("finalizers":["a.io/x"],"generation":7,"managedFields":[)";
+  ResponseFacts f;
+  ParseObjectFacts(typed, &f);
+  ParseObjectFacts(sorted, &f);
+  EXPECT_EQ(stormwatch::testing::AllocationsDuring([&] {
+              ParseObjectFacts(typed, &f);
+              ParseObjectFacts(sorted, &f);
+            }),
+            0u);
+  EXPECT_TRUE(f.object_seen);
+  EXPECT_EQ(f.generation, 7);
+  EXPECT_EQ(f.finalizers, std::vector<std::string>{"a.io/x"});
+  ParseObjectFacts(typed, &f);
+  EXPECT_EQ(f.generation, 123);
+  EXPECT_EQ(f.resource_version, "123456");
+  EXPECT_EQ(f.finalizers, std::vector<std::string>{"kubernetes"});
+}
+
+// A hostile body nests as deep as its bytes allow: the reader keeps nesting on the heap, not
+// on the thread's stack, and what came before the nesting is kept.
+TEST(ObjectFactsTest, DeepNestingIsReadWithoutRecursion) {
+  const std::string head = CutAt(kTypedPod, R"("labels")") + R"("labels":)";
+  for (const std::string& open : {std::string("["), std::string(R"({"a":)")}) {
+    std::string body = head;
+    for (int i = 0; i < 200000; ++i) body += open;
+    ResponseFacts f;
+    EXPECT_EQ(ParseObjectFacts(body, &f).result, BodyFactsResult::kObject);
+    EXPECT_EQ(f.generation, 123);
+    EXPECT_TRUE(f.deletion_timestamp);
+    EXPECT_FALSE(f.finalizers_seen);
+  }
+}
+
+// A finalizer that is not UTF-8 (it would become a label value) ends the read there: the list
+// is not known, and what came before is.
+TEST(ObjectFactsTest, FinalizersThatAreNotUtf8AreNotKnown) {
+  const std::string body = CutAt(kTypedPod, R"("finalizers")") +
+                           "\"finalizers\":[\"ok\",\"bad\xff\"],\"managedFields\":[]}}";
+  ResponseFacts f;
+  EXPECT_EQ(ParseObjectFacts(body, &f).result, BodyFactsResult::kObject);
+  EXPECT_EQ(f.resource_version, "123456");
+  EXPECT_FALSE(f.finalizers_seen);
+  EXPECT_TRUE(f.finalizers.empty());
 }
 
 }  // namespace
