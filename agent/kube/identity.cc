@@ -3,6 +3,7 @@
 #include <sodium.h>
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t, to keep one per thread
 #include <xxhash.h>
+#include <xxh_x86dispatch.h>  // the widest vector unit the CPU has (AVX2, AVX-512), chosen at run time
 #include <string.h>  // explicit_bzero
 
 #include <array>
