@@ -261,6 +261,13 @@ TEST(ObjectFactsTest, FinalizersThatAreNotUtf8AreNotKnown) {
   EXPECT_EQ(f.resource_version, "123456");
   EXPECT_FALSE(f.finalizers_seen);
   EXPECT_TRUE(f.finalizers.empty());
+
+  // Nor is a resourceVersion that is not UTF-8, nor anything after it.
+  std::string bad_version = kTypedPod;
+  bad_version.replace(bad_version.find("123456"), 6, "12\xc0\xaf");  // an overlong '/'
+  EXPECT_EQ(ParseObjectFacts(bad_version, &f).result, BodyFactsResult::kPartial);
+  EXPECT_EQ(f.resource_version, "");
+  EXPECT_EQ(f.generation, -1);
 }
 
 }  // namespace
