@@ -374,9 +374,9 @@ absl::uint128 CredentialKey(std::string_view authorization, std::string_view use
   // libxxhash's SSE2 code on purpose: its run-time dispatch picks AVX-512 where the CPU has it,
   // which cut instructions but made the whole loop slower on this machine (cached identities
   // 264-274 ns -> 373-406 ns per request, timed side by side).
-  // Both headers in one buffer of the thread's (a copy of ~1.3 KB costs less than a streaming
-  // hash's bookkeeping), the first one's length between them so that no other split of the
-  // same bytes gives the same key.
+  // Both headers in one buffer of the thread's, hashed in one call, the first one's length
+  // between them so that no other split of the same bytes gives the same key. (A streaming
+  // hash of the two costs the same within 6%, and keeps a part of the token in its state.)
   thread_local std::string joined;
   const uint64_t authorization_size = authorization.size();
   joined.assign(authorization);
