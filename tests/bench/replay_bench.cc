@@ -653,7 +653,6 @@ void BM_PipelineParts(benchmark::State& state) {
     total.records += f.records;
     total.loop_ns += f.loop_ns;
     total.tick_ns += f.tick_ns;
-    total.staging_ns += f.staging_ns;
     state.PauseTiming();
     pipeline.reset();
     exporter.reset();
