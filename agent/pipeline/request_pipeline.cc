@@ -114,7 +114,8 @@ void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
 }
 
 void RequestPipeline::OnHttp1Exchange(const Http1Exchange& x) {
-  RequestRecord r;
+  RequestRecord& r = http1_record_;
+  r.Clear();  // as a new record, the buffers kept
   r.pid = x.tgid;
   r.conn_id = x.conn;
   r.start_ns = x.start_ns;
@@ -125,13 +126,13 @@ void RequestPipeline::OnHttp1Exchange(const Http1Exchange& x) {
     r.local_address = ends.local;
     r.peer_address = ends.peer;
   }
-  r.method = x.method;
-  r.path = x.path;
-  r.content_type = x.content_type;
+  r.method.assign(x.method);
+  r.path.assign(x.path);
+  r.content_type.assign(x.content_type);
   r.status = x.status;
   r.response_bytes = x.response_bytes;
-  r.response.priority_level_uid = x.priority_level_uid;
-  r.response.flow_schema_uid = x.flow_schema_uid;
+  r.response.priority_level_uid.assign(x.priority_level_uid);
+  r.response.flow_schema_uid.assign(x.flow_schema_uid);
   r.response.retry_after_s = x.retry_after_s;
   r.response_body_prefix = x.body_prefix;
   r.identity = Resolve({.pid = x.tgid, .conn = x.conn, .http1 = true}, x.authorization,

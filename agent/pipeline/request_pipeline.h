@@ -181,6 +181,9 @@ class RequestPipeline {
     std::string path, name;
   } parse_buffers_;
   QueryParams query_;  // a read's query, parsed once for its RequestInfo and its QueryShape
+  // HTTP/1.1 exchanges' record, reused (Clear keeps its buffers), as the assembler's slots are
+  // for HTTP/2: a record allocates nothing once its strings have grown.
+  RequestRecord http1_record_;
 };
 
 }  // namespace stormwatch

@@ -145,7 +145,8 @@ LineVerdict CheckRequestLine(std::string_view s) {
 std::optional<RequestHead> ParseRequestHead(std::string_view head) {
   HeadLines lines(head);
   std::optional<std::string_view> first = lines.Next();
-  if (!first || CheckRequestLine(std::string(*first) + "\r\n") != LineVerdict::kRequest) {
+  // The head starts with its first line and that line's end: judged in place, not copied.
+  if (!first || CheckRequestLine(head) != LineVerdict::kRequest) {
     return std::nullopt;
   }
   RequestHead r;

@@ -1,9 +1,10 @@
 #include "agent/protocol/http1_stream.h"
 #include "agent/protocol/http1_parser.h"
 
+#include <absl/container/inlined_vector.h>
+
 #include <algorithm>
 #include <climits>
-#include <deque>
 #include <optional>
 #include <utility>
 
@@ -41,19 +42,6 @@ struct HeadBuffer {
   }
 };
 
-struct PendingRequest {
-  uint64_t start_ns = 0;
-  std::string method, path, content_type, user_agent;
-  std::string authorization;
-  bool head_request = false;  // HEAD: the response has no body whatever its headers say
-  bool connect = false;
-  bool truncated = false;
-  PendingRequest() = default;
-  PendingRequest(const PendingRequest&) = delete;  // no stray copies of the authorization
-  PendingRequest& operator=(const PendingRequest&) = delete;
-  ~PendingRequest() { Wipe(authorization); }
-};
-
 struct ResponseInProgress {
   bool has_request = false;
   bool upgrade = false;  // the connection stops being HTTP once this response is out
@@ -83,6 +71,19 @@ constexpr std::string_view kChunkedEnd = "\r\n0\r\n\r\n";
 
 }  // namespace
 
+struct Http1Connections::PendingRequest {
+  uint64_t start_ns = 0;
+  std::string method, path, content_type, user_agent;
+  std::string authorization;
+  bool head_request = false;  // HEAD: the response has no body whatever its headers say
+  bool connect = false;
+  bool truncated = false;
+  PendingRequest() = default;
+  PendingRequest(const PendingRequest&) = delete;  // no stray copies of the authorization
+  PendingRequest& operator=(const PendingRequest&) = delete;
+  ~PendingRequest() { Wipe(authorization); }
+};
+
 struct Http1Connections::Connection {
   enum class Kind { kUnknown, kHttp1, kIgnored };
 
@@ -97,7 +98,8 @@ struct Http1Connections::Connection {
   HeadBuffer request_head;
   uint64_t request_body_remaining = 0;
   ChunkedDecoder request_chunks;
-  std::deque<PendingRequest> pending;  // read, not yet answered; oldest first
+  // Read, not yet answered; oldest first. Clients rarely pipeline: one at a time, inline.
+  absl::InlinedVector<std::unique_ptr<PendingRequest>, 2> pending;
 
   WriteState write_state = WriteState::kHead;
   HeadBuffer response_head;
@@ -141,6 +143,33 @@ Http1Connections::Connection& Http1Connections::Touch(uint32_t tgid, uint64_t co
       });
   c.last_ns = ts_ns;
   return c;
+}
+
+Http1Connections::PendingRequest& Http1Connections::PushPending(Connection& c) {
+  std::unique_ptr<PendingRequest> r;
+  if (spare_requests_.empty()) {
+    r = std::make_unique<PendingRequest>();
+  } else {
+    r = std::move(spare_requests_.back());
+    spare_requests_.pop_back();
+  }
+  PendingRequest& made = *r;
+  c.pending.push_back(std::move(r));
+  return made;
+}
+
+void Http1Connections::PopPending(Connection& c) {
+  std::unique_ptr<PendingRequest> r = std::move(c.pending.front());
+  c.pending.erase(c.pending.begin());
+  Wipe(r->authorization);
+  if (spare_requests_.size() >= kMaxSpareRequests) return;  // r goes
+  r->start_ns = 0;
+  r->method.clear();
+  r->path.clear();
+  r->content_type.clear();
+  r->user_agent.clear();
+  r->head_request = r->connect = r->truncated = false;
+  spare_requests_.push_back(std::move(r));
 }
 
 void Http1Connections::CountLost(const Connection& c) {
@@ -286,6 +315,17 @@ std::string_view Http1Connections::ReadHead(Connection& c, std::string_view byte
     if (start == std::string_view::npos) return {};
     bytes.remove_prefix(start);
     h.start_ns = ts_ns;
+    // The whole head in this call (the usual case): parsed where it lies, not gathered, so
+    // its bytes (the token among them) are neither copied nor wiped.
+    const std::string_view window = bytes.substr(0, limits_.max_head_bytes);
+    if (CheckRequestLine(window) == LineVerdict::kRequest) {
+      if (std::optional<size_t> end = FindHeadEnd(window, 0)) {
+        c.kind = Connection::Kind::kHttp1;
+        OnRequestHead(c, window.substr(0, *end));
+        h.Reset();
+        return bytes.substr(*end);
+      }
+    }
   }
   size_t before = h.bytes.size();
   AppendWiping(h.bytes, bytes.substr(0, limits_.max_head_bytes - before));
@@ -359,15 +399,15 @@ void Http1Connections::OnRequestHead(Connection& c, std::string_view head) {
   if (c.request_head.gap) ++stats_.head_truncated;
   if (c.pending.size() >= limits_.max_pipelined) {
     ++stats_.requests_without_response;
-    c.pending.pop_front();
+    PopPending(c);
   }
-  PendingRequest& r = c.pending.emplace_back();
+  PendingRequest& r = PushPending(c);
   r.start_ns = c.request_head.start_ns;
-  r.method = parsed->method;
-  r.path = parsed->target;
-  r.content_type = parsed->content_type;
-  r.user_agent = parsed->user_agent;
-  r.authorization = parsed->authorization;
+  r.method.assign(parsed->method);
+  r.path.assign(parsed->target);
+  r.content_type.assign(parsed->content_type);
+  r.user_agent.assign(parsed->user_agent);
+  AppendWiping(r.authorization, parsed->authorization);  // empty: wiped when it was popped
   r.head_request = parsed->method == "HEAD";
   r.connect = parsed->method == "CONNECT";
   r.truncated = c.request_head.gap;
@@ -457,6 +497,15 @@ void Http1Connections::WriteBytes(Connection& c, std::string_view bytes, bool ca
 std::string_view Http1Connections::WriteHead(Connection& c, std::string_view bytes,
                                              uint64_t ts_ns) {
   HeadBuffer& h = c.response_head;
+  if (h.bytes.empty() && bytes.starts_with(kStatusLineStart)) {
+    // The whole head in this call, as Go writes it (with the body's start): parsed in place.
+    const std::string_view window = bytes.substr(0, limits_.max_head_bytes);
+    if (std::optional<size_t> end = FindHeadEnd(window, 0)) {
+      OnResponseHead(c, window.substr(0, *end), ts_ns);
+      h.Reset();
+      return bytes.substr(*end);
+    }
+  }
   size_t before = h.bytes.size();
   AppendWiping(h.bytes, bytes.substr(0, limits_.max_head_bytes - before));
   if (!h.line_checked) {
@@ -538,7 +587,7 @@ void Http1Connections::OnResponseHead(Connection& c, std::string_view head, uint
   r.Reset();
   r.has_request = !c.pending.empty();
   if (!r.has_request) ++stats_.responses_without_request;
-  const PendingRequest* request = r.has_request ? &c.pending.front() : nullptr;
+  const PendingRequest* request = r.has_request ? c.pending.front().get() : nullptr;
   r.status = status;
   r.truncated = c.response_head.gap;
   r.priority_level_uid = parsed->priority_level_uid;
@@ -565,7 +614,7 @@ void Http1Connections::ResponseUnparseable(Connection& c) {
   // The response under way is lost, and with it the request it answered.
   if (!c.pending.empty()) {
     ++stats_.requests_without_response;
-    c.pending.pop_front();
+    PopPending(c);
   }
   c.response_head.Reset();
   c.response.Reset();
@@ -575,29 +624,33 @@ void Http1Connections::ResponseUnparseable(Connection& c) {
 void Http1Connections::CompleteResponse(Connection& c, uint64_t ts_ns) {
   ResponseInProgress& r = c.response;
   if (r.has_request && !c.pending.empty()) {
-    PendingRequest& q = c.pending.front();
-    Http1Exchange ex;
+    PendingRequest& q = *c.pending.front();
+    Http1Exchange& ex = exchange_;
     ex.tgid = c.tgid;
     ex.conn = c.conn;
     ex.start_ns = q.start_ns;
     ex.end_ns = ts_ns;
-    ex.method = q.method;
-    ex.path = q.path;
-    ex.content_type = q.content_type;
-    ex.user_agent = q.user_agent;
-    ex.authorization = q.authorization;
     ex.status = r.status;
     ex.response_bytes = r.bytes;
-    ex.priority_level_uid = r.priority_level_uid;
-    ex.flow_schema_uid = r.flow_schema_uid;
     ex.retry_after_s = r.retry_after_s;
-    ex.body_prefix = r.body_prefix;
     ex.truncated = q.truncated || r.truncated;
+    // Swapped in and out, not copied: the exchange lends the request's and the response's
+    // buffers for the call (the token and the body stay in one place each, wiped there).
+    auto lend = [&] {
+      ex.method.swap(q.method);
+      ex.path.swap(q.path);
+      ex.content_type.swap(q.content_type);
+      ex.user_agent.swap(q.user_agent);
+      ex.authorization.swap(q.authorization);
+      ex.priority_level_uid.swap(r.priority_level_uid);
+      ex.flow_schema_uid.swap(r.flow_schema_uid);
+      ex.body_prefix.swap(r.body_prefix);
+    };
+    lend();
     ++stats_.exchanges;
     sink_(ex);
-    Wipe(ex.authorization);
-    Wipe(ex.body_prefix);
-    c.pending.pop_front();
+    lend();  // back: the exchange holds the buffers the request and response had before
+    PopPending(c);
   }
   bool upgrade = r.upgrade;
   r.Reset();

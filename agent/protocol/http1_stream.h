@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "agent/core/bounded_lru.h"
 #include "agent/protocol/tls_events.h"
@@ -59,8 +60,8 @@ struct Http1Stats {
   uint64_t unparseable = 0;                // malformed or oversized heads; the side resyncs
   uint64_t responses_without_request = 0;  // e.g. the agent attached mid-request
   uint64_t requests_without_response = 0;  // at close, expiry, eviction, or a lost response
-  uint64_t connections_evicted = 0;
-  uint64_t joined_mid_response = 0;        // writes skipped: a response begun before the agent        // LRU evictions at max_connections
+  uint64_t connections_evicted = 0;        // LRU evictions at max_connections
+  uint64_t joined_mid_response = 0;        // writes skipped: a response begun before the agent
 };
 
 struct Http1Limits {
@@ -94,6 +95,7 @@ class Http1Connections {
 
  private:
   struct Connection;
+  struct PendingRequest;
   struct Key {
     uint32_t tgid;
     uint64_t conn;
@@ -125,10 +127,20 @@ class Http1Connections {
   void ResponseUnparseable(Connection& c);
   void CompleteResponse(Connection& c, uint64_t ts_ns);
 
+  // A request read on `c`, queued for its response: a spare one when there is one, its
+  // strings' buffers kept, so an exchange allocates nothing once they have grown.
+  PendingRequest& PushPending(Connection& c);
+  // The oldest request of `c` answered or lost: wiped and kept as a spare (up to kMaxSpare).
+  void PopPending(Connection& c);
+  static constexpr size_t kMaxSpareRequests = 64;
+
   ExchangeSink sink_;
   Http1Limits limits_;
   Map connections_;
   Http1Stats stats_;
+  std::vector<std::unique_ptr<PendingRequest>> spare_requests_;
+  // The exchange handed to the sink, reused (its buffers kept); wiped after each call.
+  Http1Exchange exchange_;
 };
 
 }  // namespace stormwatch

@@ -527,21 +527,98 @@ RingEvents EventsOf(const std::vector<CaptureRecord>& loaded, const LiveIdentiti
   return ring;
 }
 
+// A request as HTTP/1.1 over TLS, as the crypto/tls probes write it: one Read event with the
+// request's head (every header client-go sends, the bearer token) and body, one Write event with
+// the response's head (status, Content-Length, the APF UID headers, Retry-After on a 429) and
+// body. Each event holds a call's first SW_TLS_CAPTURE bytes and, when the call moved more, its
+// last SW_TLS_TAIL bytes. Bodies: a write's object or Status as in EventsOf; other responses'
+// bytes are filler (only writes' bodies are read).
+void AppendTlsEvent(const RequestRecord& r, uint32_t direction, uint64_t ts_ns,
+                    std::string_view head, std::string_view body, uint64_t body_len,
+                    std::vector<uint8_t>& out) {
+  sw_tls_data fixed{};
+  fixed.hdr = {SW_EV_TLS_DATA, r.pid, ts_ns, r.conn_id, 0, 0};
+  fixed.direction = direction;
+  const uint64_t total = head.size() + body_len;
+  fixed.total_len = static_cast<uint32_t>(total);
+  fixed.captured = static_cast<uint32_t>(std::min<uint64_t>(total, SW_TLS_CAPTURE));
+  std::string data(head.substr(0, fixed.captured));
+  // `body` holds the body's bytes when it is short; a long one is filler throughout.
+  const auto body_byte = [&](uint64_t i) { return i < body.size() ? body[i] : 'x'; };
+  for (uint64_t i = 0; data.size() < fixed.captured; ++i) data += body_byte(i);
+  if (total > fixed.captured) {
+    fixed.tail_len = static_cast<uint32_t>(std::min<uint64_t>(total - fixed.captured, SW_TLS_TAIL));
+    for (uint32_t i = 0; i < fixed.tail_len; ++i) {
+      fixed.tail[i] = static_cast<uint8_t>(body_byte(body_len - fixed.tail_len + i));
+    }
+  }
+  const std::vector<uint8_t> event = EventBytes(fixed, offsetof(sw_tls_data, data), data);
+  out.insert(out.end(), event.begin(), event.end());
+}
+
+RingEvents::Request AppendHttp1Events(const RequestRecord& r, const LiveIdentities& identities,
+                                      std::vector<uint8_t>& out) {
+  const int client = static_cast<int>(r.conn_id - 0xc000000000);
+  const bool write = r.method[0] == 'P' || r.method[0] == 'D';
+  const bool kubectl = UserAgentOf(client) == kUserAgents[0];
+  std::string head = r.method + " " + r.path + " HTTP/1.1\r\nHost: 10.0.0.2:6443\r\n" +
+                     "User-Agent: " + UserAgentOf(client) + "\r\nAccept: " +
+                     (kubectl ? "application/json" : "application/vnd.kubernetes.protobuf, */*") +
+                     "\r\nAuthorization: " + identities.tokens[client] +
+                     "\r\nAccept-Encoding: gzip\r\n";
+  std::string request_body;
+  if (write && r.method != "DELETE") {
+    request_body = std::string(412, ' ');
+    request_body.front() = '{';
+    request_body.back() = '}';
+    head += std::string("Content-Type: ") +
+            (r.method == "PATCH" ? "application/merge-patch+json" : "application/json") +
+            "\r\nContent-Length: 412\r\n";
+  }
+  head += "\r\n";
+  RingEvents::Request at{};
+  at.end_ns = r.end_ns;
+  at.request_at = out.size();
+  AppendTlsEvent(r, SW_TLS_READ, r.start_ns, head, request_body, request_body.size(), out);
+  at.request_len = out.size() - at.request_at;
+
+  const std::string body = write ? WriteResponseBody(r) : "";
+  const uint64_t body_len = write ? body.size() : r.response_bytes;
+  const char* reason = r.status == 409 ? "Conflict" : r.status == 429 ? "Too Many Requests" : "OK";
+  std::string response = "HTTP/1.1 " + std::to_string(r.status) + " " + reason +
+                         "\r\nAudit-Id: 0b4c9a3e-5f6d-4e7a-8b9c-0d1e2f3a4b5c"
+                         "\r\nCache-Control: no-cache, private\r\nContent-Type: application/json"
+                         "\r\nX-Kubernetes-Pf-Flowschema-Uid: 7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d"
+                         "\r\nX-Kubernetes-Pf-Prioritylevel-Uid: 3f6c1d2e-8a9b-4c0d-9e1f-2a3b4c5d6e7f\r\n";
+  if (r.status == 429) response += "Retry-After: 1\r\n";
+  response += "Date: Sat, 05 Dec 2026 12:00:00 GMT\r\nContent-Length: " + std::to_string(body_len) +
+              "\r\n\r\n";
+  at.response_at = out.size();
+  AppendTlsEvent(r, SW_TLS_WRITE, r.end_ns, response, body, body_len, out);
+  at.response_len = out.size() - at.response_at;
+  return at;
+}
+
 // The live path from the ring buffer on: each request's two events decoded, assembled into a
 // record, its identity resolved from its token, then as BM_Pipeline. REPLAY_BENCH_WARMUP and
 // the allocation count as there (the first 100k requests, or the warm-up, not counted).
-// Where the drain reads the events from is `staged`'s:
-//  - false: the 1.5 GB arena in place, so every event is cold (read from memory): more misses
-//    than live, where the drain reads what the BPF program wrote moments before;
-//  - true: each batch of kStagedBatch requests' events copied into a reused staging buffer
-//    just before the drain reads them, as a ring buffer holds the latest events; the copy is
-//    neither timed (benchmark timer paused, its CPU time apart) nor collected by callgrind.
-//    Fewer misses than live, where another core wrote the events: they come from the shared
-//    cache, not this core's. The live path lies between the two.
+// Where the drain reads the events from is `source`'s:
+//  - kArena: HTTP/2 events read in place from the 1.5 GB arena, so every event is cold (read
+//    from memory): more misses than live, where the drain reads what the BPF program wrote
+//    moments before;
+//  - kStaged: each batch of kStagedBatch requests' HTTP/2 events copied into a reused staging
+//    buffer just before the drain reads them, as a ring buffer holds the latest events; the
+//    copy is neither timed (benchmark timer paused, its CPU time apart) nor collected by
+//    callgrind. Fewer misses than live, where another core wrote the events: they come from
+//    the shared cache, not this core's. The live path lies between the two.
+//  - kHttp1: as kStaged, each batch's HTTP/1.1 events (AppendHttp1Events) written into the
+//    staging buffer, untimed and not collected.
 constexpr size_t kStagedBatch = 256;
+enum class EventSource { kArena, kStaged, kHttp1 };
 
-LoopFigures ReplayEvents(benchmark::State& state, const RingEvents& ring,
-                         RequestPipeline& pipeline, bool staged) {
+LoopFigures ReplayEvents(benchmark::State& state, const std::vector<CaptureRecord>& loaded,
+                         const LiveIdentities& identities, const RingEvents& ring,
+                         RequestPipeline& pipeline, EventSource source) {
   const uint64_t warmup_records = WarmupRecords();
   LoopFigures f;
   const double loop_start = ThreadCpuNs();
@@ -556,9 +633,16 @@ LoopFigures ReplayEvents(benchmark::State& state, const RingEvents& ring,
       pipeline.OnEvent(std::span(bytes + at.response_at, at.response_len));
     });
   };
-  for (size_t first = 0; first < ring.requests.size(); first += kStagedBatch) {
-    const size_t end = std::min(ring.requests.size(), first + kStagedBatch);
-    if (!staged) {
+  std::vector<const RequestRecord*> requests;
+  if (source == EventSource::kHttp1) {
+    for (const CaptureRecord& rec : loaded) {
+      if (const auto* r = std::get_if<RequestRecord>(&rec)) requests.push_back(r);
+    }
+  }
+  const size_t count = source == EventSource::kHttp1 ? requests.size() : ring.requests.size();
+  for (size_t first = 0; first < count; first += kStagedBatch) {
+    const size_t end = std::min(count, first + kStagedBatch);
+    if (source == EventSource::kArena) {
       for (size_t i = first; i < end; ++i) drain(ring.bytes.data(), ring.requests[i]);
       continue;
     }
@@ -567,6 +651,10 @@ LoopFigures ReplayEvents(benchmark::State& state, const RingEvents& ring,
     staging.clear();
     batch.clear();
     for (size_t i = first; i < end; ++i) {
+      if (source == EventSource::kHttp1) {
+        batch.push_back(AppendHttp1Events(*requests[i], identities, staging));
+        continue;
+      }
       const RingEvents::Request& at = ring.requests[i];
       RingEvents::Request moved = at;
       moved.request_at = staging.size();
@@ -585,17 +673,24 @@ LoopFigures ReplayEvents(benchmark::State& state, const RingEvents& ring,
   return f;
 }
 
+// range(0): the EventSource (0 kArena, 1 kStaged, 2 kHttp1).
 void BM_PipelineFromEvents(benchmark::State& state) {
-  const bool staged = state.range(0) == 1;
+  const auto source = static_cast<EventSource>(state.range(0));
   const auto loaded = LoadCapture(state, 0);
   if (!loaded) return;
   const LiveIdentities identities;
-  const RingEvents ring = EventsOf(*loaded, identities);
+  const RingEvents ring =
+      source == EventSource::kHttp1 ? RingEvents{} : EventsOf(*loaded, identities);
   bool lost = false;
   const LoopFigures total = RunPasses(state, Limits(false), [&](RequestPipeline& pipeline) {
-    const LoopFigures f = ReplayEvents(state, ring, pipeline, staged);
-    // Every request made a record (a response without its request is not one).
-    lost = lost || pipeline.stats().requests != f.records || pipeline.stats().decode_errors != 0;
+    const LoopFigures f = ReplayEvents(state, *loaded, identities, ring, pipeline, source);
+    // Every request made a record (a response without its request is not one), and on
+    // HTTP/1.1 none was lost or unparseable.
+    const Http1Stats& h1 = pipeline.http1().stats();
+    const uint64_t http1_loss = h1.head_truncated + h1.unparseable + h1.responses_without_request +
+                                h1.requests_without_response + h1.connections_evicted;
+    lost = lost || pipeline.stats().requests != f.records || pipeline.stats().decode_errors != 0 ||
+           http1_loss != 0;
     return f;
   });
   if (lost) state.SkipWithError("events lost: not as the BPF program writes them");
@@ -605,10 +700,14 @@ void BM_PipelineFromEvents(benchmark::State& state) {
   state.counters["allocs_per_record"] =
       total.counted ? static_cast<double>(g_allocations) / total.counted : 0;
   state.counters["ring_mib"] = static_cast<double>(ring.bytes.size()) / (1 << 20);
-  state.SetLabel(staged ? "requests of 10,000 clients, each batch of 256 requests' events staged "
-                          "just before the drain reads them, default limits"
-                        : "requests of 10,000 clients, events read cold from a 1.5 GB arena, "
-                          "default limits");
+  state.SetLabel(
+      source == EventSource::kStaged
+          ? "requests of 10,000 clients, each batch of 256 requests' events staged just before "
+            "the drain reads them, default limits"
+      : source == EventSource::kHttp1
+          ? "the same requests as HTTP/1.1 over TLS (one Read, one Write event each), staged as "
+            "/1, default limits"
+          : "requests of 10,000 clients, events read cold from a 1.5 GB arena, default limits");
 }
 
 // Where the per-record time goes, timed (callgrind counts instructions and simulated misses;
@@ -784,7 +883,7 @@ BENCHMARK(BM_PipelineParts)
     ->ArgsProduct({{0, 1, 2, 3, 10, 11, 12, 13, 14, 15, 16, 17}, {0, 2}})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
-BENCHMARK(BM_PipelineFromEvents)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_PipelineFromEvents)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_ObjectFacts);
 BENCHMARK(BM_IdentityResolve)->Arg(1)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
 

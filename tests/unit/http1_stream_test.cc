@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bpf/events.h"
+#include "tests/unit/allocation_count.h"
 
 namespace stormwatch {
 namespace {
@@ -107,6 +108,46 @@ std::string ChunkedResponse(const std::vector<std::string>& chunks) {
   std::string r = kChunkedHead;
   for (const auto& c : chunks) r += Chunk(c);
   return r + "0\r\n\r\n";
+}
+
+// The per-request path allocates nothing once a connection has seen a request: the request is
+// queued in a spare kept from an earlier one (its strings' buffers grown), heads that arrive
+// whole are parsed where they lie, and the exchange lends the request's and the response's
+// buffers to the sink instead of copying them.
+TEST(Http1Stream, AnExchangeAllocatesNothingOnceItsBuffersHaveGrown) {
+  const std::string body = R"({"kind":"Pod","apiVersion":"v1","metadata":{"name":"p"}})";
+  const std::string response =
+      "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"
+      "X-Kubernetes-Pf-Flowschema-Uid: 7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d\r\n"
+      "X-Kubernetes-Pf-Prioritylevel-Uid: 3f6c1d2e-8a9b-4c0d-9e1f-2a3b4c5d6e7f\r\n"
+      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string request =
+      Request("POST", "/api/v1/namespaces/default/pods",
+              "Authorization: Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6YTpiIn0.sig\r\n"
+              "Content-Type: application/json\r\n",
+              R"({"metadata":{"name":"p"}})");
+  int matched = 0;
+  Http1Connections parser([&](const Http1Exchange& ex) {
+    // Compared, not copied: a copy would allocate.
+    matched += ex.method == "POST" && ex.path == "/api/v1/namespaces/default/pods" &&
+               ex.status == 201 && ex.authorization.starts_with("Bearer eyJ") &&
+               ex.user_agent == "test/1.0" && ex.content_type == "application/json" &&
+               ex.priority_level_uid == "3f6c1d2e-8a9b-4c0d-9e1f-2a3b4c5d6e7f" &&
+               ex.flow_schema_uid == "7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d" &&
+               ex.body_prefix == body;
+  });
+  parser.OnData(Call(TlsDirection::kRead, request, 100));
+  parser.OnData(Call(TlsDirection::kWrite, response, 200));
+  ASSERT_EQ(matched, 1);
+  EXPECT_EQ(stormwatch::testing::AllocationsDuring([&] {
+              for (uint64_t ts = 300; ts < 800; ts += 200) {
+                parser.OnData(Call(TlsDirection::kRead, request, ts));
+                parser.OnData(Call(TlsDirection::kWrite, response, ts + 100));
+              }
+            }),
+            0u);
+  EXPECT_EQ(matched, 4);
+  EXPECT_EQ(parser.stats().exchanges, 4u);
 }
 
 TEST(Http1Stream, PythonClientListWithApfHeaders) {
