@@ -52,7 +52,7 @@ struct ResponseInProgress {
   std::string priority_level_uid, flow_schema_uid;
   int retry_after_s = -1;
   std::string body_prefix;
-  bool prefix_open = true;  // no byte of the body went by unseen yet
+  bool prefix_open = true;  // the body is kept (a write's) and no byte of it went by unseen yet
   ChunkedDecoder chunks;
   std::string last_bytes;  // the last contiguous bytes written, while chunked framing is lost
 
@@ -64,6 +64,11 @@ struct ResponseInProgress {
 
 enum class ReadState { kHead, kBody, kChunkedBody, kResync };
 enum class WriteState { kHead, kLengthBody, kChunkedBody, kChunkedLost, kUntilClose, kResync };
+
+// POST, PUT, PATCH, DELETE: the requests whose response bodies are kept (Http1Exchange).
+bool IsWrite(std::string_view method) {
+  return method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE";
+}
 
 // The end of a chunked body when its framing was lost: the last data chunk's CR LF, the
 // zero-size chunk and the blank line. Go flushes after each response, so it ends a write.
@@ -594,6 +599,8 @@ void Http1Connections::OnResponseHead(Connection& c, std::string_view head, uint
   r.flow_schema_uid = parsed->flow_schema_uid;
   r.retry_after_s = parsed->retry_after_s;
   r.upgrade = status == 101 || (request && request->connect && status / 100 == 2);
+  // Only a write's body is read (object facts); a read's may be a Secret's and is not kept.
+  r.prefix_open = request && IsWrite(request->method);
 
   // RFC 9112 6.3: which responses have a body, and how long it is.
   bool no_body = r.upgrade || (request && request->head_request) || status == 204 || status == 304;
@@ -625,31 +632,25 @@ void Http1Connections::CompleteResponse(Connection& c, uint64_t ts_ns) {
   ResponseInProgress& r = c.response;
   if (r.has_request && !c.pending.empty()) {
     PendingRequest& q = *c.pending.front();
-    Http1Exchange& ex = exchange_;
+    Http1Exchange ex;
     ex.tgid = c.tgid;
     ex.conn = c.conn;
     ex.start_ns = q.start_ns;
     ex.end_ns = ts_ns;
+    ex.method = q.method;
+    ex.path = q.path;
+    ex.content_type = q.content_type;
+    ex.user_agent = q.user_agent;
+    ex.authorization = q.authorization;
     ex.status = r.status;
     ex.response_bytes = r.bytes;
+    ex.priority_level_uid = r.priority_level_uid;
+    ex.flow_schema_uid = r.flow_schema_uid;
     ex.retry_after_s = r.retry_after_s;
+    ex.body_prefix = r.body_prefix;
     ex.truncated = q.truncated || r.truncated;
-    // Swapped in and out, not copied: the exchange lends the request's and the response's
-    // buffers for the call (the token and the body stay in one place each, wiped there).
-    auto lend = [&] {
-      ex.method.swap(q.method);
-      ex.path.swap(q.path);
-      ex.content_type.swap(q.content_type);
-      ex.user_agent.swap(q.user_agent);
-      ex.authorization.swap(q.authorization);
-      ex.priority_level_uid.swap(r.priority_level_uid);
-      ex.flow_schema_uid.swap(r.flow_schema_uid);
-      ex.body_prefix.swap(r.body_prefix);
-    };
-    lend();
     ++stats_.exchanges;
-    sink_(ex);
-    lend();  // back: the exchange holds the buffers the request and response had before
+    sink_(ex);  // views: the token and the body stay in one place each, wiped there
     PopPending(c);
   }
   bool upgrade = r.upgrade;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/core/bounded_lru.h"
@@ -19,26 +20,30 @@
 
 namespace stormwatch {
 
+// One request and its response, handed to the sink: the strings are views into the parser's
+// buffers, valid for the call only (copy what must outlive it).
 struct Http1Exchange {
   uint32_t tgid = 0;
   uint64_t conn = 0;
   uint64_t start_ns = 0;  // the read that returned the first byte of the request head
   uint64_t end_ns = 0;    // the write that completed the response
-  std::string method;
-  std::string path;  // request target as sent, query included
-  std::string content_type;
-  std::string user_agent;
-  // Handed to the callback only: wiped from the parser's memory as soon as it returns.
-  std::string authorization;
+  std::string_view method;
+  std::string_view path;  // request target as sent, query included
+  std::string_view content_type;
+  std::string_view user_agent;
+  // Wiped from the parser's memory as soon as the sink returns.
+  std::string_view authorization;
   int status = 0;
   // Body bytes on the wire after the response head (chunk framing included when chunked).
   uint64_t response_bytes = 0;
-  std::string priority_level_uid;  // X-Kubernetes-PF-PriorityLevel-UID
-  std::string flow_schema_uid;     // X-Kubernetes-PF-FlowSchema-UID
-  int retry_after_s = -1;          // Retry-After in seconds; -1 when absent or a date
-  // The first bytes of the response body (dechunked), up to Http1Limits::max_body_prefix; stops
-  // at the first uncaptured byte. May hold any object, Secrets included: parse, then drop.
-  std::string body_prefix;
+  std::string_view priority_level_uid;  // X-Kubernetes-PF-PriorityLevel-UID
+  std::string_view flow_schema_uid;     // X-Kubernetes-PF-FlowSchema-UID
+  int retry_after_s = -1;               // Retry-After in seconds; -1 when absent or a date
+  // A write's (POST, PUT, PATCH, DELETE: the requests whose answers the agent reads, as the
+  // HTTP/2 probe keeps them) first response body bytes (dechunked), up to
+  // Http1Limits::max_body_prefix; stops at the first uncaptured byte; empty for other methods.
+  // May hold any object, Secrets included: parse, then drop. Wiped once the sink returns.
+  std::string_view body_prefix;
   bool truncated = false;  // some bytes of the request or response head were not captured
 };
 
@@ -139,8 +144,6 @@ class Http1Connections {
   Map connections_;
   Http1Stats stats_;
   std::vector<std::unique_ptr<PendingRequest>> spare_requests_;
-  // The exchange handed to the sink, reused (its buffers kept); wiped after each call.
-  Http1Exchange exchange_;
 };
 
 }  // namespace stormwatch
