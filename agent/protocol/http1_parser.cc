@@ -2,6 +2,9 @@
 
 #include <string.h>  // explicit_bzero
 
+#include <cstdint>
+#include <cstring>
+
 #include <algorithm>
 #include <climits>
 #include <iterator>
@@ -18,6 +21,25 @@ char Lower(char ch) { return IsUpper(ch) ? static_cast<char>(ch - 'A' + 'a') : c
 bool EqualsLower(std::string_view s, std::string_view lower) {
   return s.size() == lower.size() &&
          std::equal(s.begin(), s.end(), lower.begin(), [](char a, char b) { return Lower(a) == b; });
+}
+
+// EqualsLower for a header name the parsers read (`lower` of a-z, 0-9 and '-' only), 8 bytes at
+// a time: a head has ~10 names, and those of the fields read are compared whole (30 and 33
+// bytes for the APF UIDs). Setting bit 5 of every byte lower-cases letters and leaves '-' and
+// digits as they are; it would also turn control bytes into them ("\r" into '-'), so a word
+// holding a byte below 0x20 never matches.
+bool EqualsLowerName(std::string_view s, std::string_view lower) {
+  if (s.size() != lower.size()) return false;
+  constexpr uint64_t kBit5 = 0x2020202020202020ull, kHigh = 0x8080808080808080ull;
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t a, b;
+    std::memcpy(&a, s.data() + i, 8);
+    std::memcpy(&b, lower.data() + i, 8);
+    const bool control = ((a - kBit5) & ~a & kHigh) != 0;  // some byte < 0x20 (exact)
+    if (control || (a | kBit5) != b) return false;
+  }
+  return EqualsLower(s.substr(i), lower.substr(i));
 }
 
 std::string_view Trim(std::string_view s) {
@@ -39,42 +61,80 @@ std::optional<uint64_t> ParseDecimal(std::string_view s) {
 // Splits a head into lines without their CR LF; the blank line ends it.
 class HeadLines {
  public:
-  explicit HeadLines(std::string_view head) : rest_(head) {}
+  explicit HeadLines(std::string_view head) : size_(head.size()), rest_(head) {}
   std::optional<std::string_view> Next() {
     size_t nl = rest_.find('\n');
     if (nl == std::string_view::npos) return std::nullopt;
     std::string_view line = rest_.substr(0, nl);
     rest_.remove_prefix(nl + 1);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) return std::nullopt;
+    if (line.empty()) {
+      ended_ = true;
+      return std::nullopt;
+    }
     return line;
   }
+  // One past the blank line once Next() reached it; 0 before.
+  size_t end() const { return ended_ ? size_ - rest_.size() : 0; }
 
  private:
+  size_t size_;
   std::string_view rest_;
+  bool ended_ = false;
 };
 
-struct HeaderLine {
-  std::string_view name;
+// The header fields the parsers read; every other is skipped.
+enum class Field {
+  kOther, kContentLength, kTransferEncoding,                       // both
+  kAuthorization, kUserAgent, kContentType,                       // requests
+  kPriorityLevelUid, kFlowSchemaUid, kRetryAfter,                 // responses
+};
+
+Field FieldOf(std::string_view name) {
+  switch (name.size()) {  // one comparison per name, not one per field read
+    case 10: return EqualsLowerName(name, "user-agent") ? Field::kUserAgent : Field::kOther;
+    case 11: return EqualsLowerName(name, "retry-after") ? Field::kRetryAfter : Field::kOther;
+    case 12: return EqualsLowerName(name, "content-type") ? Field::kContentType : Field::kOther;
+    case 13: return EqualsLowerName(name, "authorization") ? Field::kAuthorization : Field::kOther;
+    case 14: return EqualsLowerName(name, "content-length") ? Field::kContentLength : Field::kOther;
+    case 17:
+      return EqualsLowerName(name, "transfer-encoding") ? Field::kTransferEncoding : Field::kOther;
+    case 30:
+      return EqualsLowerName(name, "x-kubernetes-pf-flowschema-uid") ? Field::kFlowSchemaUid
+                                                                 : Field::kOther;
+    case 33:
+      return EqualsLowerName(name, "x-kubernetes-pf-prioritylevel-uid") ? Field::kPriorityLevelUid
+                                                                    : Field::kOther;
+    default: return Field::kOther;
+  }
+}
+
+// A header line the parsers read: its field and value; nullopt for continuations, lines
+// without a name, fields not read, and lines damaged by a gap. Only the lines of fields read
+// are searched for the gap's marker (a field's name never holds one): other lines are
+// skipped either way.
+struct ReadField {
+  Field field;
   std::string_view value;
 };
-
-// Lines damaged by a gap, continuations and lines without a name are skipped.
-std::optional<HeaderLine> SplitHeader(std::string_view line) {
-  if (line.find(kGapMarker) != std::string_view::npos) return std::nullopt;
+std::optional<ReadField> ReadHeader(std::string_view line) {
   if (line.front() == ' ' || line.front() == '\t') return std::nullopt;
   size_t colon = line.find(':');
   if (colon == std::string_view::npos || colon == 0) return std::nullopt;
-  return HeaderLine{line.substr(0, colon), Trim(line.substr(colon + 1))};
+  const Field field = FieldOf(line.substr(0, colon));
+  if (field == Field::kOther) return std::nullopt;
+  const std::string_view value = line.substr(colon + 1);
+  if (value.find(kGapMarker) != std::string_view::npos) return std::nullopt;
+  return ReadField{field, Trim(value)};
 }
 
 // False when Content-Length values are malformed or disagree: the framing is unknown.
-bool AddFraming(Framing& f, const HeaderLine& h) {
-  if (EqualsLower(h.name, "content-length")) {
+bool AddFraming(Framing& f, const ReadField& h) {
+  if (h.field == Field::kContentLength) {
     std::optional<uint64_t> n = ParseDecimal(h.value);
     if (!n || (f.content_length && *f.content_length != *n)) return false;
     f.content_length = n;
-  } else if (EqualsLower(h.name, "transfer-encoding")) {
+  } else if (h.field == Field::kTransferEncoding) {
     std::string_view codings = h.value;
     size_t comma = codings.rfind(',');
     std::string_view last = Trim(comma == std::string_view::npos ? codings : codings.substr(comma + 1));
@@ -142,7 +202,8 @@ LineVerdict CheckRequestLine(std::string_view s) {
                                                            : LineVerdict::kInvalid;
 }
 
-std::optional<RequestHead> ParseRequestHead(std::string_view head) {
+std::optional<RequestHead> ParseRequestHead(std::string_view head, size_t* end) {
+  if (end) *end = 0;
   HeadLines lines(head);
   std::optional<std::string_view> first = lines.Next();
   // The head starts with its first line and that line's end: judged in place, not copied.
@@ -155,21 +216,23 @@ std::optional<RequestHead> ParseRequestHead(std::string_view head) {
   r.method = first->substr(0, sp1);
   r.target = first->substr(sp1 + 1, sp2 - sp1 - 1);
   while (std::optional<std::string_view> line = lines.Next()) {
-    std::optional<HeaderLine> h = SplitHeader(*line);
+    std::optional<ReadField> h = ReadHeader(*line);
     if (!h) continue;
     if (!AddFraming(r.framing, *h)) return std::nullopt;
-    if (EqualsLower(h->name, "authorization")) {
+    if (h->field == Field::kAuthorization) {
       if (r.authorization.empty()) r.authorization = h->value;
-    } else if (EqualsLower(h->name, "user-agent")) {
+    } else if (h->field == Field::kUserAgent) {
       if (r.user_agent.empty()) r.user_agent = h->value;
-    } else if (EqualsLower(h->name, "content-type")) {
+    } else if (h->field == Field::kContentType) {
       if (r.content_type.empty()) r.content_type = h->value;
     }
   }
+  if (end) *end = lines.end();
   return r;
 }
 
-std::optional<ResponseHead> ParseResponseHead(std::string_view head) {
+std::optional<ResponseHead> ParseResponseHead(std::string_view head, size_t* end) {
+  if (end) *end = 0;
   HeadLines lines(head);
   std::optional<std::string_view> first = lines.Next();
   // "HTTP/1.x SP 3DIGIT [SP reason]"
@@ -183,18 +246,19 @@ std::optional<ResponseHead> ParseResponseHead(std::string_view head) {
   r.status = static_cast<int>(*ParseDecimal(first->substr(9, 3)));
   if (r.status < 100) return std::nullopt;
   while (std::optional<std::string_view> line = lines.Next()) {
-    std::optional<HeaderLine> h = SplitHeader(*line);
+    std::optional<ReadField> h = ReadHeader(*line);
     if (!h) continue;
     if (!AddFraming(r.framing, *h)) return std::nullopt;
-    if (EqualsLower(h->name, "x-kubernetes-pf-prioritylevel-uid")) {
+    if (h->field == Field::kPriorityLevelUid) {
       r.priority_level_uid = h->value;
-    } else if (EqualsLower(h->name, "x-kubernetes-pf-flowschema-uid")) {
+    } else if (h->field == Field::kFlowSchemaUid) {
       r.flow_schema_uid = h->value;
-    } else if (EqualsLower(h->name, "retry-after")) {
+    } else if (h->field == Field::kRetryAfter) {
       std::optional<uint64_t> s = ParseDecimal(h->value);  // an HTTP-date stays -1
       r.retry_after_s = s && *s <= INT_MAX ? static_cast<int>(*s) : -1;
     }
   }
+  if (end) *end = lines.end();
   return r;
 }
 

@@ -47,7 +47,11 @@ struct RequestHead {
   Framing framing;
 };
 // Empty when the request line is invalid or Content-Length values are malformed or disagree.
-std::optional<RequestHead> ParseRequestHead(std::string_view head);
+// With `end`, `bytes` may go on past the head (a read holds the body's start too): the head is
+// parsed up to its first blank line and *end set one past it, in the same pass. *end is 0 when
+// that blank line was not reached: `bytes` hold no complete head, or it was rejected before
+// its end (FindHeadEnd tells which). Without `end`, `bytes` are one head.
+std::optional<RequestHead> ParseRequestHead(std::string_view bytes, size_t* end = nullptr);
 
 struct ResponseHead {
   int status = 0;
@@ -55,8 +59,8 @@ struct ResponseHead {
   int retry_after_s = -1;  // Retry-After in seconds; -1 when absent or an HTTP-date
   Framing framing;
 };
-// Empty when the status line is invalid or the framing unknown (as ParseRequestHead).
-std::optional<ResponseHead> ParseResponseHead(std::string_view head);
+// Empty when the status line is invalid or the framing unknown; `end` as ParseRequestHead's.
+std::optional<ResponseHead> ParseResponseHead(std::string_view bytes, size_t* end = nullptr);
 
 // Where a request line may start again after a loss: at the start of a read call (when
 // `call_start`) or of a line, with a method the apiserver serves; npos when nowhere.

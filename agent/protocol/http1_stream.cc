@@ -324,11 +324,14 @@ std::string_view Http1Connections::ReadHead(Connection& c, std::string_view byte
     // its bytes (the token among them) are neither copied nor wiped.
     const std::string_view window = bytes.substr(0, limits_.max_head_bytes);
     if (CheckRequestLine(window) == LineVerdict::kRequest) {
-      if (std::optional<size_t> end = FindHeadEnd(window, 0)) {
+      size_t end = 0;
+      std::optional<RequestHead> parsed = ParseRequestHead(window, &end);  // finds the end too
+      if (end == 0) end = FindHeadEnd(window, 0).value_or(0);  // rejected before it, or cut
+      if (end != 0) {
         c.kind = Connection::Kind::kHttp1;
-        OnRequestHead(c, window.substr(0, *end));
+        OnRequestHead(c, parsed);
         h.Reset();
-        return bytes.substr(*end);
+        return bytes.substr(end);
       }
     }
   }
@@ -364,7 +367,7 @@ std::string_view Http1Connections::ReadHead(Connection& c, std::string_view byte
     return {};
   }
   std::string_view rest = bytes.substr(*end - before);
-  OnRequestHead(c, std::string_view(h.bytes).substr(0, *end));
+  OnRequestHead(c, ParseRequestHead(std::string_view(h.bytes).substr(0, *end)));
   h.Reset();
   return rest;
 }
@@ -395,8 +398,7 @@ void Http1Connections::ReadGap(Connection& c, uint64_t n) {
   }
 }
 
-void Http1Connections::OnRequestHead(Connection& c, std::string_view head) {
-  std::optional<RequestHead> parsed = ParseRequestHead(head);
+void Http1Connections::OnRequestHead(Connection& c, const std::optional<RequestHead>& parsed) {
   if (!parsed) {
     RequestUnparseable(c);
     return;
@@ -505,10 +507,13 @@ std::string_view Http1Connections::WriteHead(Connection& c, std::string_view byt
   if (h.bytes.empty() && bytes.starts_with(kStatusLineStart)) {
     // The whole head in this call, as Go writes it (with the body's start): parsed in place.
     const std::string_view window = bytes.substr(0, limits_.max_head_bytes);
-    if (std::optional<size_t> end = FindHeadEnd(window, 0)) {
-      OnResponseHead(c, window.substr(0, *end), ts_ns);
+    size_t end = 0;
+    std::optional<ResponseHead> parsed = ParseResponseHead(window, &end);  // finds the end too
+    if (end == 0) end = FindHeadEnd(window, 0).value_or(0);  // rejected before it, or cut
+    if (end != 0) {
+      OnResponseHead(c, parsed, ts_ns);
       h.Reset();
-      return bytes.substr(*end);
+      return bytes.substr(end);
     }
   }
   size_t before = h.bytes.size();
@@ -531,7 +536,7 @@ std::string_view Http1Connections::WriteHead(Connection& c, std::string_view byt
     return {};
   }
   std::string_view rest = bytes.substr(*end - before);
-  OnResponseHead(c, std::string_view(h.bytes).substr(0, *end), ts_ns);
+  OnResponseHead(c, ParseResponseHead(std::string_view(h.bytes).substr(0, *end)), ts_ns);
   h.Reset();
   return rest;
 }
@@ -577,8 +582,8 @@ void Http1Connections::WriteGap(Connection& c, uint64_t n, uint64_t ts_ns) {
   }
 }
 
-void Http1Connections::OnResponseHead(Connection& c, std::string_view head, uint64_t ts_ns) {
-  std::optional<ResponseHead> parsed = ParseResponseHead(head);
+void Http1Connections::OnResponseHead(Connection& c, const std::optional<ResponseHead>& parsed,
+                                      uint64_t ts_ns) {
   if (!parsed) {
     ResponseUnparseable(c);
     return;

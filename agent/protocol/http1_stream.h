@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "agent/core/bounded_lru.h"
+#include "agent/protocol/http1_parser.h"
 #include "agent/protocol/tls_events.h"
 
 namespace stormwatch {
@@ -122,13 +124,15 @@ class Http1Connections {
   void ReadBytes(Connection& c, std::string_view bytes, bool call_start, uint64_t ts_ns);
   std::string_view ReadHead(Connection& c, std::string_view bytes, uint64_t ts_ns);
   void ReadGap(Connection& c, uint64_t n);
-  void OnRequestHead(Connection& c, std::string_view head);
+  // A request head read whole, parsed (nullopt: malformed).
+  void OnRequestHead(Connection& c, const std::optional<http1::RequestHead>& parsed);
   void RequestUnparseable(Connection& c);
 
   void WriteBytes(Connection& c, std::string_view bytes, bool call_start, uint64_t ts_ns);
   std::string_view WriteHead(Connection& c, std::string_view bytes, uint64_t ts_ns);
   void WriteGap(Connection& c, uint64_t n, uint64_t ts_ns);
-  void OnResponseHead(Connection& c, std::string_view head, uint64_t ts_ns);
+  void OnResponseHead(Connection& c, const std::optional<http1::ResponseHead>& parsed,
+                      uint64_t ts_ns);
   void ResponseUnparseable(Connection& c);
   void CompleteResponse(Connection& c, uint64_t ts_ns);
 

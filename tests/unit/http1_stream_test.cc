@@ -2,6 +2,7 @@
 // keep-alive, Go's 1-byte background read, partly captured calls (prefix + tail), what is
 // ignored and why, losses counted per cause, bounded state.
 #include "agent/protocol/http1_stream.h"
+#include "agent/protocol/http1_parser.h"
 
 #include <gtest/gtest.h>
 
@@ -168,6 +169,36 @@ TEST(Http1Stream, AnExchangeAllocatesNothingOnceItsBuffersHaveGrown) {
             0u);
   EXPECT_EQ(matched, 4);
   EXPECT_EQ(parser.stats().exchanges, 4u);
+}
+
+// Header names are matched whatever their case, 8 bytes at a time: a control byte where the
+// name has '-' (bit 5 would turn '\r' into '-') does not match.
+TEST(Http1Parser, HeaderNamesMatchInAnyCaseAndOnlyExactly) {
+  const std::string request =
+      "PUT /api/v1/namespaces/a/configmaps/c HTTP/1.1\r\nAUTHORIZATION: Bearer upper\r\n"
+      "user-agent: lower/1.0\r\nContent\rType: text/evil\r\nContent-Length: 2\r\n\r\n{}";
+  size_t end = 0;
+  std::optional<http1::RequestHead> r = http1::ParseRequestHead(request, &end);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->authorization, "Bearer upper");
+  EXPECT_EQ(r->user_agent, "lower/1.0");
+  EXPECT_EQ(r->content_type, "");  // "Content\rType" is not Content-Type
+  EXPECT_EQ(r->framing.content_length, 2u);
+  EXPECT_EQ(end, request.size() - 2);  // the head ends before the body's 2 bytes
+  http1::ParseRequestHead(request.substr(0, request.size() - 4), &end);
+  EXPECT_EQ(end, 0u);  // no blank line yet: not a head
+
+  const std::string response =
+      "HTTP/1.1 200 OK\r\nX-KUBERNETES-PF-PRIORITYLEVEL-UID: pl\r\n"
+      "X-Kubernetes-Pf\rFlowschema-Uid: evil\r\nx-kubernetes-pf-flowschema-uid\x01: evil\r\n"
+      "Retry-After: 3\r\nContent\x0dLength: 7\r\n\r\n";
+  std::optional<http1::ResponseHead> h = http1::ParseResponseHead(response, &end);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->priority_level_uid, "pl");
+  EXPECT_EQ(h->flow_schema_uid, "");
+  EXPECT_EQ(h->retry_after_s, 3);
+  EXPECT_FALSE(h->framing.content_length);
+  EXPECT_EQ(end, response.size());
 }
 
 TEST(Http1Stream, PythonClientListWithApfHeaders) {
