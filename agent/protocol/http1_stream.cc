@@ -42,26 +42,6 @@ struct HeadBuffer {
   }
 };
 
-struct ResponseInProgress {
-  bool has_request = false;
-  bool upgrade = false;  // the connection stops being HTTP once this response is out
-  bool truncated = false;
-  int status = 0;
-  uint64_t bytes = 0;      // body bytes on the wire so far
-  uint64_t remaining = 0;  // Content-Length bytes still to come
-  std::string priority_level_uid, flow_schema_uid;
-  int retry_after_s = -1;
-  std::string body_prefix;
-  bool prefix_open = true;  // the body is kept (a write's) and no byte of it went by unseen yet
-  ChunkedDecoder chunks;
-  std::string last_bytes;  // the last contiguous bytes written, while chunked framing is lost
-
-  void Reset() {
-    Wipe(body_prefix);
-    *this = ResponseInProgress{};
-  }
-};
-
 enum class ReadState { kHead, kBody, kChunkedBody, kResync };
 enum class WriteState { kHead, kLengthBody, kChunkedBody, kChunkedLost, kUntilClose, kResync };
 
@@ -89,6 +69,40 @@ struct Http1Connections::PendingRequest {
   ~PendingRequest() { Wipe(authorization); }
 };
 
+struct Http1Connections::ResponseInProgress {
+  bool has_request = false;
+  bool upgrade = false;  // the connection stops being HTTP once this response is out
+  bool truncated = false;
+  int status = 0;
+  uint64_t bytes = 0;      // body bytes on the wire so far
+  uint64_t remaining = 0;  // Content-Length bytes still to come
+  std::string priority_level_uid, flow_schema_uid;
+  int retry_after_s = -1;
+  std::string body_prefix;
+  bool prefix_open = true;  // the body is kept (a write's) and no byte of it went by unseen yet
+  ChunkedDecoder chunks;
+  std::string last_bytes;  // the last contiguous bytes written, while chunked framing is lost
+
+  ResponseInProgress() = default;
+  ResponseInProgress(const ResponseInProgress&) = delete;  // no stray copies of the body
+  ResponseInProgress& operator=(const ResponseInProgress&) = delete;
+  ~ResponseInProgress() { Wipe(body_prefix); }
+
+  // As new, the strings' buffers kept (a new field is reset here too).
+  void Reset() {
+    has_request = upgrade = truncated = false;
+    status = 0;
+    bytes = remaining = 0;
+    priority_level_uid.clear();
+    flow_schema_uid.clear();
+    retry_after_s = -1;
+    Wipe(body_prefix);
+    prefix_open = true;
+    chunks = ChunkedDecoder{};
+    last_bytes.clear();
+  }
+};
+
 struct Http1Connections::Connection {
   enum class Kind { kUnknown, kHttp1, kIgnored };
 
@@ -108,9 +122,9 @@ struct Http1Connections::Connection {
 
   WriteState write_state = WriteState::kHead;
   HeadBuffer response_head;
-  ResponseInProgress response;
-
-  ~Connection() { Wipe(response.body_prefix); }
+  // From its head to its end: null in between, so an idle connection's state stays small (with
+  // thousands of connections it is out of cache; a spare is not).
+  std::unique_ptr<ResponseInProgress> response;
 };
 
 const char* Http1IgnoreReasonName(Http1IgnoreReason reason) {
@@ -167,7 +181,7 @@ void Http1Connections::PopPending(Connection& c) {
   std::unique_ptr<PendingRequest> r = std::move(c.pending.front());
   c.pending.erase(c.pending.begin());
   Wipe(r->authorization);
-  if (spare_requests_.size() >= kMaxSpareRequests) return;  // r goes
+  if (spare_requests_.size() >= kMaxSpares) return;  // r goes
   r->start_ns = 0;
   r->method.clear();
   r->path.clear();
@@ -175,6 +189,25 @@ void Http1Connections::PopPending(Connection& c) {
   r->user_agent.clear();
   r->head_request = r->connect = r->truncated = false;
   spare_requests_.push_back(std::move(r));
+}
+
+Http1Connections::ResponseInProgress& Http1Connections::OpenResponse(Connection& c) {
+  if (!c.response) {
+    if (spare_responses_.empty()) {
+      c.response = std::make_unique<ResponseInProgress>();
+    } else {
+      c.response = std::move(spare_responses_.back());
+      spare_responses_.pop_back();
+    }
+  }
+  return *c.response;
+}
+
+void Http1Connections::CloseResponse(Connection& c) {
+  if (!c.response) return;
+  c.response->Reset();
+  if (spare_responses_.size() < kMaxSpares) spare_responses_.push_back(std::move(c.response));
+  c.response.reset();
 }
 
 void Http1Connections::CountLost(const Connection& c) {
@@ -194,7 +227,7 @@ void Http1Connections::Ignore(Connection& c, Http1IgnoreReason reason) {
   c.pending.clear();
   c.request_head.Reset();
   c.response_head.Reset();
-  c.response.Reset();
+  CloseResponse(c);
 }
 
 void Http1Connections::OnData(const TlsDataEvent& ev) {
@@ -233,8 +266,8 @@ void Http1Connections::OnData(const TlsDataEvent& ev) {
     WriteBytes(c, ev.data, true, ev.ts_ns);
     if (gap > 0 && http1()) WriteGap(c, gap, ev.ts_ns);
     WriteBytes(c, tail, false, ev.ts_ns);
-    if (http1() && c.write_state == WriteState::kChunkedLost &&
-        c.response.last_bytes.ends_with(kChunkedEnd)) {
+    if (http1() && c.write_state == WriteState::kChunkedLost && c.response &&
+        c.response->last_bytes.ends_with(kChunkedEnd)) {
       CompleteResponse(c, ev.ts_ns);
     }
   } else {
@@ -444,8 +477,7 @@ void Http1Connections::RequestUnparseable(Connection& c) {
 
 void Http1Connections::WriteBytes(Connection& c, std::string_view bytes, bool call_start,
                                   uint64_t ts_ns) {
-  ResponseInProgress& r = c.response;
-  auto keep_prefix = [&](std::string_view body) {
+  auto keep_prefix = [&](ResponseInProgress& r, std::string_view body) {
     if (r.prefix_open && r.body_prefix.size() < limits_.max_body_prefix) {
       AppendWiping(r.body_prefix, body.substr(0, limits_.max_body_prefix - r.body_prefix.size()));
     }
@@ -456,8 +488,9 @@ void Http1Connections::WriteBytes(Connection& c, std::string_view bytes, bool ca
         bytes = WriteHead(c, bytes, ts_ns);
         break;
       case WriteState::kLengthBody: {
+        ResponseInProgress& r = OpenResponse(c);  // open in every body state
         size_t n = static_cast<size_t>(std::min<uint64_t>(r.remaining, bytes.size()));
-        keep_prefix(bytes.substr(0, n));
+        keep_prefix(r, bytes.substr(0, n));
         r.bytes += n;
         r.remaining -= n;
         bytes.remove_prefix(n);
@@ -465,6 +498,7 @@ void Http1Connections::WriteBytes(Connection& c, std::string_view bytes, bool ca
         break;
       }
       case WriteState::kChunkedBody: {
+        ResponseInProgress& r = OpenResponse(c);
         size_t n = r.chunks.Feed(bytes, r.prefix_open ? &r.body_prefix : nullptr,
                                  limits_.max_body_prefix);
         r.bytes += n;
@@ -477,6 +511,7 @@ void Http1Connections::WriteBytes(Connection& c, std::string_view bytes, bool ca
         break;
       }
       case WriteState::kChunkedLost: {
+        ResponseInProgress& r = OpenResponse(c);
         r.bytes += bytes.size();
         std::string_view last = bytes.substr(bytes.size() - std::min(bytes.size(), kChunkedEnd.size()));
         r.last_bytes.append(last);
@@ -486,11 +521,13 @@ void Http1Connections::WriteBytes(Connection& c, std::string_view bytes, bool ca
         bytes = {};
         break;
       }
-      case WriteState::kUntilClose:
-        keep_prefix(bytes);
+      case WriteState::kUntilClose: {
+        ResponseInProgress& r = OpenResponse(c);
+        keep_prefix(r, bytes);
         r.bytes += bytes.size();
         bytes = {};
         break;
+      }
       case WriteState::kResync:
         // Go flushes after every response, so the next one starts a write.
         if (!call_start || !bytes.starts_with(kStatusLineStart)) return;
@@ -542,16 +579,21 @@ std::string_view Http1Connections::WriteHead(Connection& c, std::string_view byt
 }
 
 void Http1Connections::WriteGap(Connection& c, uint64_t n, uint64_t ts_ns) {
-  ResponseInProgress& r = c.response;
+  if (c.write_state == WriteState::kHead) {
+    if (c.response_head.bytes.empty()) {
+      ResponseUnparseable(c);  // a response head went by unseen
+    } else if (c.response_head.bytes.size() < limits_.max_head_bytes) {
+      AppendWiping(c.response_head.bytes, std::string_view(&kGapMarker, 1));
+      c.response_head.gap = true;
+    }
+    return;
+  }
+  if (c.write_state == WriteState::kResync) return;
+  ResponseInProgress& r = OpenResponse(c);  // open in every body state
   switch (c.write_state) {
     case WriteState::kHead:
-      if (c.response_head.bytes.empty()) {
-        ResponseUnparseable(c);  // a response head went by unseen
-      } else if (c.response_head.bytes.size() < limits_.max_head_bytes) {
-        AppendWiping(c.response_head.bytes, std::string_view(&kGapMarker, 1));
-        c.response_head.gap = true;
-      }
-      return;
+    case WriteState::kResync:
+      return;  // above
     case WriteState::kLengthBody:
       r.prefix_open = false;
       if (n < r.remaining) {
@@ -577,8 +619,6 @@ void Http1Connections::WriteGap(Connection& c, uint64_t n, uint64_t ts_ns) {
       r.prefix_open = false;
       r.bytes += n;
       return;
-    case WriteState::kResync:
-      return;
   }
 }
 
@@ -593,7 +633,7 @@ void Http1Connections::OnResponseHead(Connection& c, const std::optional<Respons
   // 100 Continue and other interim responses: the final response follows.
   if (status < 200 && status != 101) return;
 
-  ResponseInProgress& r = c.response;
+  ResponseInProgress& r = OpenResponse(c);
   r.Reset();
   r.has_request = !c.pending.empty();
   if (!r.has_request) ++stats_.responses_without_request;
@@ -629,12 +669,12 @@ void Http1Connections::ResponseUnparseable(Connection& c) {
     PopPending(c);
   }
   c.response_head.Reset();
-  c.response.Reset();
+  CloseResponse(c);
   c.write_state = WriteState::kResync;
 }
 
 void Http1Connections::CompleteResponse(Connection& c, uint64_t ts_ns) {
-  ResponseInProgress& r = c.response;
+  ResponseInProgress& r = OpenResponse(c);  // open from its head on
   if (r.has_request && !c.pending.empty()) {
     PendingRequest& q = *c.pending.front();
     Http1Exchange ex;
@@ -659,7 +699,7 @@ void Http1Connections::CompleteResponse(Connection& c, uint64_t ts_ns) {
     PopPending(c);
   }
   bool upgrade = r.upgrade;
-  r.Reset();
+  CloseResponse(c);
   c.write_state = WriteState::kHead;
   if (upgrade) Ignore(c, Http1IgnoreReason::kUpgraded);
 }

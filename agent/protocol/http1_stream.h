@@ -103,6 +103,7 @@ class Http1Connections {
  private:
   struct Connection;
   struct PendingRequest;
+  struct ResponseInProgress;
   struct Key {
     uint32_t tgid;
     uint64_t conn;
@@ -139,15 +140,20 @@ class Http1Connections {
   // A request read on `c`, queued for its response: a spare one when there is one, its
   // strings' buffers kept, so an exchange allocates nothing once they have grown.
   PendingRequest& PushPending(Connection& c);
-  // The oldest request of `c` answered or lost: wiped and kept as a spare (up to kMaxSpare).
+  // The oldest request of `c` answered or lost: wiped and kept as a spare (up to kMaxSpares).
   void PopPending(Connection& c);
-  static constexpr size_t kMaxSpareRequests = 64;
+  // The response `c` is writing: a spare from its head on (its buffers kept, in cache while
+  // connections idle), given back wiped at its end.
+  ResponseInProgress& OpenResponse(Connection& c);
+  void CloseResponse(Connection& c);
+  static constexpr size_t kMaxSpares = 64;  // of each: pending requests and responses
 
   ExchangeSink sink_;
   Http1Limits limits_;
   Map connections_;
   Http1Stats stats_;
   std::vector<std::unique_ptr<PendingRequest>> spare_requests_;
+  std::vector<std::unique_ptr<ResponseInProgress>> spare_responses_;
 };
 
 }  // namespace stormwatch
