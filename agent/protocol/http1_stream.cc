@@ -26,21 +26,6 @@ using http1::ResponseHead;
 using http1::ResumeFrom;
 using http1::Wipe;
 
-// The bytes of one head being gathered across calls.
-struct HeadBuffer {
-  std::string bytes;
-  size_t scanned = 0;         // FindHeadEnd resumes here
-  bool gap = false;           // some of its bytes were not captured (kGapMarker stands for them)
-  bool line_checked = false;  // the first line was judged valid
-  uint64_t start_ns = 0;
-  ~HeadBuffer() { Wipe(bytes); }
-  void Reset() {
-    Wipe(bytes);
-    scanned = 0;
-    gap = false;
-    line_checked = false;
-  }
-};
 
 enum class ReadState { kHead, kBody, kChunkedBody, kResync };
 enum class WriteState { kHead, kLengthBody, kChunkedBody, kChunkedLost, kUntilClose, kResync };
@@ -55,6 +40,22 @@ bool IsWrite(std::string_view method) {
 constexpr std::string_view kChunkedEnd = "\r\n0\r\n\r\n";
 
 }  // namespace
+
+// The bytes of one head being gathered across calls.
+struct Http1Connections::HeadBuffer {
+  std::string bytes;
+  size_t scanned = 0;         // FindHeadEnd resumes here
+  bool gap = false;           // some of its bytes were not captured (kGapMarker stands for them)
+  bool line_checked = false;  // the first line was judged valid
+  uint64_t start_ns = 0;
+  ~HeadBuffer() { Wipe(bytes); }
+  void Reset() {
+    Wipe(bytes);
+    scanned = 0;
+    gap = false;
+    line_checked = false;
+  }
+};
 
 struct Http1Connections::PendingRequest {
   uint64_t start_ns = 0;
@@ -114,14 +115,16 @@ struct Http1Connections::Connection {
   Http1IgnoreReason ignored = Http1IgnoreReason::kNotHttp1;
 
   ReadState read_state = ReadState::kHead;
-  HeadBuffer request_head;
+  // A head cut across calls, while it is gathered (null otherwise: most heads arrive whole and
+  // are parsed where they lie).
+  std::unique_ptr<HeadBuffer> request_head;
   uint64_t request_body_remaining = 0;
   ChunkedDecoder request_chunks;
   // Read, not yet answered; oldest first. Clients rarely pipeline: one at a time, inline.
   absl::InlinedVector<std::unique_ptr<PendingRequest>, 2> pending;
 
   WriteState write_state = WriteState::kHead;
-  HeadBuffer response_head;
+  std::unique_ptr<HeadBuffer> response_head;
   // From its head to its end: null in between, so an idle connection's state stays small (with
   // thousands of connections it is out of cache; a spare is not).
   std::unique_ptr<ResponseInProgress> response;
@@ -210,6 +213,30 @@ void Http1Connections::CloseResponse(Connection& c) {
   c.response.reset();
 }
 
+bool Http1Connections::Gathering(const std::unique_ptr<HeadBuffer>& head) {
+  return head && !head->bytes.empty();
+}
+
+Http1Connections::HeadBuffer& Http1Connections::GatherHead(std::unique_ptr<HeadBuffer>& head) {
+  if (!head) {
+    if (spare_heads_.empty()) {
+      head = std::make_unique<HeadBuffer>();
+    } else {
+      head = std::move(spare_heads_.back());
+      spare_heads_.pop_back();
+    }
+  }
+  return *head;
+}
+
+void Http1Connections::ReleaseHead(std::unique_ptr<HeadBuffer>& head) {
+  if (!head) return;
+  head->Reset();
+  head->start_ns = 0;
+  if (spare_heads_.size() < kMaxSpares) spare_heads_.push_back(std::move(head));
+  head.reset();
+}
+
 void Http1Connections::CountLost(const Connection& c) {
   stats_.requests_without_response += c.pending.size();
 }
@@ -225,8 +252,8 @@ void Http1Connections::Ignore(Connection& c, Http1IgnoreReason reason) {
   ++stats_.ignored_connections[static_cast<size_t>(reason)];
   stats_.requests_without_response += c.pending.size();
   c.pending.clear();
-  c.request_head.Reset();
-  c.response_head.Reset();
+  ReleaseHead(c.request_head);
+  ReleaseHead(c.response_head);
   CloseResponse(c);
 }
 
@@ -246,7 +273,7 @@ void Http1Connections::OnData(const TlsDataEvent& ev) {
     // its next request.
     if (ev.data.starts_with(kStatusLineStart)) {
       c.kind = Connection::Kind::kHttp1;
-    } else if (!c.request_head.bytes.empty() || CheckRequestLine(ev.data) == LineVerdict::kRequest ||
+    } else if (Gathering(c.request_head) || CheckRequestLine(ev.data) == LineVerdict::kRequest ||
                CheckRequestLine(ev.data) == LineVerdict::kHttp2Preface) {
       Ignore(c, Http1IgnoreReason::kClientSide);
       return;
@@ -346,13 +373,11 @@ void Http1Connections::ReadBytes(Connection& c, std::string_view bytes, bool cal
 // Gathers head bytes; returns the bytes after the head (empty while it is incomplete).
 std::string_view Http1Connections::ReadHead(Connection& c, std::string_view bytes,
                                             uint64_t ts_ns) {
-  HeadBuffer& h = c.request_head;
-  if (h.bytes.empty()) {
+  if (!Gathering(c.request_head)) {
     // Blank lines before a request line are tolerated (RFC 9112 2.2).
     size_t start = bytes.find_first_not_of("\r\n");
     if (start == std::string_view::npos) return {};
     bytes.remove_prefix(start);
-    h.start_ns = ts_ns;
     // The whole head in this call (the usual case): parsed where it lies, not gathered, so
     // its bytes (the token among them) are neither copied nor wiped.
     const std::string_view window = bytes.substr(0, limits_.max_head_bytes);
@@ -362,12 +387,13 @@ std::string_view Http1Connections::ReadHead(Connection& c, std::string_view byte
       if (end == 0) end = FindHeadEnd(window, 0).value_or(0);  // rejected before it, or cut
       if (end != 0) {
         c.kind = Connection::Kind::kHttp1;
-        OnRequestHead(c, parsed);
-        h.Reset();
+        OnRequestHead(c, parsed, ts_ns, /*gap=*/false);
         return bytes.substr(end);
       }
     }
+    GatherHead(c.request_head).start_ns = ts_ns;
   }
+  HeadBuffer& h = *c.request_head;
   size_t before = h.bytes.size();
   AppendWiping(h.bytes, bytes.substr(0, limits_.max_head_bytes - before));
   if (!h.line_checked) {
@@ -400,19 +426,19 @@ std::string_view Http1Connections::ReadHead(Connection& c, std::string_view byte
     return {};
   }
   std::string_view rest = bytes.substr(*end - before);
-  OnRequestHead(c, ParseRequestHead(std::string_view(h.bytes).substr(0, *end)));
-  h.Reset();
+  OnRequestHead(c, ParseRequestHead(std::string_view(h.bytes).substr(0, *end)), h.start_ns, h.gap);
+  ReleaseHead(c.request_head);  // h's views were the parsed head's: released after it
   return rest;
 }
 
 void Http1Connections::ReadGap(Connection& c, uint64_t n) {
   switch (c.read_state) {
     case ReadState::kHead:
-      if (c.request_head.bytes.empty()) {
+      if (!Gathering(c.request_head)) {
         RequestUnparseable(c);  // a request head began unseen
-      } else if (c.request_head.bytes.size() < limits_.max_head_bytes) {
-        AppendWiping(c.request_head.bytes, std::string_view(&kGapMarker, 1));
-        c.request_head.gap = true;
+      } else if (c.request_head->bytes.size() < limits_.max_head_bytes) {
+        AppendWiping(c.request_head->bytes, std::string_view(&kGapMarker, 1));
+        c.request_head->gap = true;
       }
       return;
     case ReadState::kBody:
@@ -431,18 +457,19 @@ void Http1Connections::ReadGap(Connection& c, uint64_t n) {
   }
 }
 
-void Http1Connections::OnRequestHead(Connection& c, const std::optional<RequestHead>& parsed) {
+void Http1Connections::OnRequestHead(Connection& c, const std::optional<RequestHead>& parsed,
+                                     uint64_t start_ns, bool gap) {
   if (!parsed) {
     RequestUnparseable(c);
     return;
   }
-  if (c.request_head.gap) ++stats_.head_truncated;
+  if (gap) ++stats_.head_truncated;
   if (c.pending.size() >= limits_.max_pipelined) {
     ++stats_.requests_without_response;
     PopPending(c);
   }
   PendingRequest& r = PushPending(c);
-  r.start_ns = c.request_head.start_ns;
+  r.start_ns = start_ns;
   r.method.assign(parsed->method);
   r.path.assign(parsed->target);
   r.content_type.assign(parsed->content_type);
@@ -450,7 +477,7 @@ void Http1Connections::OnRequestHead(Connection& c, const std::optional<RequestH
   AppendWiping(r.authorization, parsed->authorization);  // empty: wiped when it was popped
   r.head_request = parsed->method == "HEAD";
   r.connect = parsed->method == "CONNECT";
-  r.truncated = c.request_head.gap;
+  r.truncated = gap;
 
   if (parsed->framing.chunked) {
     c.request_chunks = ChunkedDecoder{};
@@ -469,7 +496,7 @@ void Http1Connections::RequestUnparseable(Connection& c) {
     return;
   }
   ++stats_.unparseable;
-  c.request_head.Reset();
+  ReleaseHead(c.request_head);
   c.read_state = ReadState::kResync;
 }
 
@@ -540,19 +567,18 @@ void Http1Connections::WriteBytes(Connection& c, std::string_view bytes, bool ca
 
 std::string_view Http1Connections::WriteHead(Connection& c, std::string_view bytes,
                                              uint64_t ts_ns) {
-  HeadBuffer& h = c.response_head;
-  if (h.bytes.empty() && bytes.starts_with(kStatusLineStart)) {
+  if (!Gathering(c.response_head) && bytes.starts_with(kStatusLineStart)) {
     // The whole head in this call, as Go writes it (with the body's start): parsed in place.
     const std::string_view window = bytes.substr(0, limits_.max_head_bytes);
     size_t end = 0;
     std::optional<ResponseHead> parsed = ParseResponseHead(window, &end);  // finds the end too
     if (end == 0) end = FindHeadEnd(window, 0).value_or(0);  // rejected before it, or cut
     if (end != 0) {
-      OnResponseHead(c, parsed, ts_ns);
-      h.Reset();
+      OnResponseHead(c, parsed, /*gap=*/false, ts_ns);
       return bytes.substr(end);
     }
   }
+  HeadBuffer& h = GatherHead(c.response_head);
   size_t before = h.bytes.size();
   AppendWiping(h.bytes, bytes.substr(0, limits_.max_head_bytes - before));
   if (!h.line_checked) {
@@ -573,18 +599,18 @@ std::string_view Http1Connections::WriteHead(Connection& c, std::string_view byt
     return {};
   }
   std::string_view rest = bytes.substr(*end - before);
-  OnResponseHead(c, ParseResponseHead(std::string_view(h.bytes).substr(0, *end)), ts_ns);
-  h.Reset();
+  OnResponseHead(c, ParseResponseHead(std::string_view(h.bytes).substr(0, *end)), h.gap, ts_ns);
+  ReleaseHead(c.response_head);  // h's views were the parsed head's: released after it
   return rest;
 }
 
 void Http1Connections::WriteGap(Connection& c, uint64_t n, uint64_t ts_ns) {
   if (c.write_state == WriteState::kHead) {
-    if (c.response_head.bytes.empty()) {
+    if (!Gathering(c.response_head)) {
       ResponseUnparseable(c);  // a response head went by unseen
-    } else if (c.response_head.bytes.size() < limits_.max_head_bytes) {
-      AppendWiping(c.response_head.bytes, std::string_view(&kGapMarker, 1));
-      c.response_head.gap = true;
+    } else if (c.response_head->bytes.size() < limits_.max_head_bytes) {
+      AppendWiping(c.response_head->bytes, std::string_view(&kGapMarker, 1));
+      c.response_head->gap = true;
     }
     return;
   }
@@ -623,12 +649,12 @@ void Http1Connections::WriteGap(Connection& c, uint64_t n, uint64_t ts_ns) {
 }
 
 void Http1Connections::OnResponseHead(Connection& c, const std::optional<ResponseHead>& parsed,
-                                      uint64_t ts_ns) {
+                                      bool gap, uint64_t ts_ns) {
   if (!parsed) {
     ResponseUnparseable(c);
     return;
   }
-  if (c.response_head.gap) ++stats_.head_truncated;
+  if (gap) ++stats_.head_truncated;
   int status = parsed->status;
   // 100 Continue and other interim responses: the final response follows.
   if (status < 200 && status != 101) return;
@@ -639,7 +665,7 @@ void Http1Connections::OnResponseHead(Connection& c, const std::optional<Respons
   if (!r.has_request) ++stats_.responses_without_request;
   const PendingRequest* request = r.has_request ? c.pending.front().get() : nullptr;
   r.status = status;
-  r.truncated = c.response_head.gap;
+  r.truncated = gap;
   r.priority_level_uid = parsed->priority_level_uid;
   r.flow_schema_uid = parsed->flow_schema_uid;
   r.retry_after_s = parsed->retry_after_s;
@@ -668,7 +694,7 @@ void Http1Connections::ResponseUnparseable(Connection& c) {
     ++stats_.requests_without_response;
     PopPending(c);
   }
-  c.response_head.Reset();
+  ReleaseHead(c.response_head);
   CloseResponse(c);
   c.write_state = WriteState::kResync;
 }

@@ -104,6 +104,7 @@ class Http1Connections {
   struct Connection;
   struct PendingRequest;
   struct ResponseInProgress;
+  struct HeadBuffer;
   struct Key {
     uint32_t tgid;
     uint64_t conn;
@@ -125,14 +126,16 @@ class Http1Connections {
   void ReadBytes(Connection& c, std::string_view bytes, bool call_start, uint64_t ts_ns);
   std::string_view ReadHead(Connection& c, std::string_view bytes, uint64_t ts_ns);
   void ReadGap(Connection& c, uint64_t n);
-  // A request head read whole, parsed (nullopt: malformed).
-  void OnRequestHead(Connection& c, const std::optional<http1::RequestHead>& parsed);
+  // A request head read whole, parsed (nullopt: malformed): it began at start_ns; gap: some of
+  // its bytes were not captured.
+  void OnRequestHead(Connection& c, const std::optional<http1::RequestHead>& parsed,
+                     uint64_t start_ns, bool gap);
   void RequestUnparseable(Connection& c);
 
   void WriteBytes(Connection& c, std::string_view bytes, bool call_start, uint64_t ts_ns);
   std::string_view WriteHead(Connection& c, std::string_view bytes, uint64_t ts_ns);
   void WriteGap(Connection& c, uint64_t n, uint64_t ts_ns);
-  void OnResponseHead(Connection& c, const std::optional<http1::ResponseHead>& parsed,
+  void OnResponseHead(Connection& c, const std::optional<http1::ResponseHead>& parsed, bool gap,
                       uint64_t ts_ns);
   void ResponseUnparseable(Connection& c);
   void CompleteResponse(Connection& c, uint64_t ts_ns);
@@ -146,7 +149,11 @@ class Http1Connections {
   // connections idle), given back wiped at its end.
   ResponseInProgress& OpenResponse(Connection& c);
   void CloseResponse(Connection& c);
-  static constexpr size_t kMaxSpares = 64;  // of each: pending requests and responses
+  // A head cut across calls is gathered in a spare buffer, given back wiped once it is read.
+  static bool Gathering(const std::unique_ptr<HeadBuffer>& head);  // holds bytes
+  HeadBuffer& GatherHead(std::unique_ptr<HeadBuffer>& head);
+  void ReleaseHead(std::unique_ptr<HeadBuffer>& head);
+  static constexpr size_t kMaxSpares = 64;  // of each: pending requests, responses, heads
 
   ExchangeSink sink_;
   Http1Limits limits_;
@@ -154,6 +161,7 @@ class Http1Connections {
   Http1Stats stats_;
   std::vector<std::unique_ptr<PendingRequest>> spare_requests_;
   std::vector<std::unique_ptr<ResponseInProgress>> spare_responses_;
+  std::vector<std::unique_ptr<HeadBuffer>> spare_heads_;
 };
 
 }  // namespace stormwatch
