@@ -118,6 +118,18 @@ struct QueryShape {
   bool operator==(const QueryShape&) const = default;
 };
 
+// Strings kept only for their buffers, to be filled again: no part of what holds them (equal to
+// any other, and not copied with it).
+struct SpareStrings {
+  std::vector<std::string> strings;
+  SpareStrings() = default;
+  SpareStrings(const SpareStrings&) {}
+  SpareStrings& operator=(const SpareStrings&) { return *this; }
+  SpareStrings(SpareStrings&&) = default;
+  SpareStrings& operator=(SpareStrings&&) = default;
+  bool operator==(const SpareStrings&) const { return true; }
+};
+
 // What the response said beyond its status, where captured (zero values when not).
 struct ResponseFacts {
   // APF (X-Kubernetes-PF-PriorityLevel-UID / -FlowSchema-UID) and their names when known.
@@ -137,6 +149,25 @@ struct ResponseFacts {
   // "cut off before them".
   bool finalizers_seen = false;
   std::string resource_version;
+  // The buffers of finalizer names read before: a record reused body after body (the
+  // assembler's slots) fills its list without allocating, however long the names.
+  SpareStrings spare_finalizers;
+
+  // Appends a finalizer name into a spare string when there is one.
+  void AddFinalizer(std::string_view name) {
+    if (spare_finalizers.strings.empty()) {
+      finalizers.emplace_back(name);
+      return;
+    }
+    finalizers.push_back(std::move(spare_finalizers.strings.back()));
+    spare_finalizers.strings.pop_back();
+    finalizers.back().assign(name);
+  }
+  // Empties `finalizers`, keeping its strings as spares.
+  void ClearFinalizers() {
+    for (std::string& name : finalizers) spare_finalizers.strings.push_back(std::move(name));
+    finalizers.clear();
+  }
 
   // Every field as a new ResponseFacts has it, the buffers kept.
   void Clear() {
@@ -148,7 +179,7 @@ struct ResponseFacts {
     object_seen = false;
     generation = -1;
     deletion_timestamp = false;
-    finalizers.clear();
+    ClearFinalizers();
     finalizers_seen = false;
   }
 

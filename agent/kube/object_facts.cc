@@ -214,7 +214,7 @@ class MetadataReader {
     f->resource_version.assign(resource_version_);
     f->finalizers_seen = finalizers_complete_ || Passed("finalizers");
     if (finalizers_complete_) {
-      f->finalizers.assign(finalizers_.begin(), finalizers_.begin() + finalizers_read_);
+      for (size_t i = 0; i < finalizers_read_; ++i) f->AddFinalizer(finalizers_[i]);
     }
     return f->object_seen ? BodyFactsResult::kObject : BodyFactsResult::kPartial;
   }
@@ -299,7 +299,7 @@ void ClearObjectFacts(ResponseFacts* facts) {
   facts->object_seen = false;
   facts->generation = -1;
   facts->deletion_timestamp = false;
-  facts->finalizers.clear();
+  facts->ClearFinalizers();
   facts->finalizers_seen = false;
   facts->resource_version.clear();
 }

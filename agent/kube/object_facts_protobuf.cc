@@ -208,7 +208,9 @@ BodyFactsResult ParseProtobufObjectFacts(std::string_view body_prefix, ResponseF
   if (m.has_generation() && m.generation() != 0) facts->generation = m.generation();
   facts->resource_version = m.resourceversion();
   facts->finalizers_seen = passed(meta::ObjectMeta::kFinalizersFieldNumber);
-  if (facts->finalizers_seen) facts->finalizers.assign(m.finalizers().begin(), m.finalizers().end());
+  if (facts->finalizers_seen) {
+    for (const std::string& name : m.finalizers()) facts->AddFinalizer(name);
+  }
   return BodyFactsResult::kObject;
 }
 

@@ -211,14 +211,14 @@ TEST(ObjectFactsTest, GarbageAndEmptyResetEverythingButApf) {
 }
 
 // The reader is the thread's, reused: once it has read a body, another of the same shape
-// allocates nothing (the API server's answers to writes are read on every one of them).
-// Finalizer names that do not fit a string's inline buffer are the exception (the record's
-// list is rebuilt per body).
+// allocates nothing (the API server's answers to writes are read on every one of them), however
+// long the finalizer names: the facts keep their strings' buffers as spares.
 TEST(ObjectFactsTest, ABodyAllocatesNothingOnceTheReaderIsWarm) {
   const std::string typed = CutAt(kTypedPod, R"("finalizers")") +
                             R"("finalizers":["kubernetes"],"managedFields":[)";
-  const std::string sorted = CutAt(kSortedDataJob, R"("finalizers")") +
-                             R"("finalizers":["a.io/x"],"generation":7,"managedFields":[)";
+  const std::string sorted =
+      CutAt(kSortedDataJob, R"("finalizers")") +
+      R"("finalizers":["batch.example.com/datajob-cleanup"],"generation":7,"managedFields":[)";
   ResponseFacts f;
   ParseObjectFacts(typed, &f);
   ParseObjectFacts(sorted, &f);
@@ -229,7 +229,7 @@ TEST(ObjectFactsTest, ABodyAllocatesNothingOnceTheReaderIsWarm) {
             0u);
   EXPECT_TRUE(f.object_seen);
   EXPECT_EQ(f.generation, 7);
-  EXPECT_EQ(f.finalizers, std::vector<std::string>{"a.io/x"});
+  EXPECT_EQ(f.finalizers, std::vector<std::string>{"batch.example.com/datajob-cleanup"});
   ParseObjectFacts(typed, &f);
   EXPECT_EQ(f.generation, 123);
   EXPECT_EQ(f.resource_version, "123456");
