@@ -85,9 +85,9 @@ class HeadLines {
 
 // The header fields the parsers read; every other is skipped.
 enum class Field {
-  kOther, kContentLength, kTransferEncoding,                       // both
-  kAuthorization, kUserAgent, kContentType,                       // requests
-  kPriorityLevelUid, kFlowSchemaUid, kRetryAfter,                 // responses
+  kOther, kContentLength, kTransferEncoding,        // both
+  kAuthorization, kUserAgent, kContentType,         // requests
+  kPriorityLevelUid, kFlowSchemaUid, kRetryAfter,   // responses
 };
 
 Field FieldOf(std::string_view name) {

@@ -26,7 +26,6 @@ using http1::ResponseHead;
 using http1::ResumeFrom;
 using http1::Wipe;
 
-
 enum class ReadState { kHead, kBody, kChunkedBody, kResync };
 enum class WriteState { kHead, kLengthBody, kChunkedBody, kChunkedLost, kUntilClose, kResync };
 
@@ -54,6 +53,7 @@ struct Http1Connections::HeadBuffer {
     scanned = 0;
     gap = false;
     line_checked = false;
+    start_ns = 0;
   }
 };
 
@@ -68,6 +68,16 @@ struct Http1Connections::PendingRequest {
   PendingRequest(const PendingRequest&) = delete;  // no stray copies of the authorization
   PendingRequest& operator=(const PendingRequest&) = delete;
   ~PendingRequest() { Wipe(authorization); }
+  // As new, the strings' buffers kept.
+  void Reset() {
+    start_ns = 0;
+    method.clear();
+    path.clear();
+    content_type.clear();
+    user_agent.clear();
+    Wipe(authorization);
+    head_request = connect = truncated = false;
+  }
 };
 
 struct Http1Connections::ResponseInProgress {
@@ -168,49 +178,26 @@ Http1Connections::Connection& Http1Connections::Touch(uint32_t tgid, uint64_t co
 }
 
 Http1Connections::PendingRequest& Http1Connections::PushPending(Connection& c) {
-  std::unique_ptr<PendingRequest> r;
-  if (spare_requests_.empty()) {
-    r = std::make_unique<PendingRequest>();
-  } else {
-    r = std::move(spare_requests_.back());
-    spare_requests_.pop_back();
-  }
-  PendingRequest& made = *r;
-  c.pending.push_back(std::move(r));
-  return made;
+  c.pending.push_back(spare_requests_.Take());
+  return *c.pending.back();
 }
 
 void Http1Connections::PopPending(Connection& c) {
   std::unique_ptr<PendingRequest> r = std::move(c.pending.front());
   c.pending.erase(c.pending.begin());
-  Wipe(r->authorization);
-  if (spare_requests_.size() >= kMaxSpares) return;  // r goes
-  r->start_ns = 0;
-  r->method.clear();
-  r->path.clear();
-  r->content_type.clear();
-  r->user_agent.clear();
-  r->head_request = r->connect = r->truncated = false;
-  spare_requests_.push_back(std::move(r));
+  r->Reset();  // the token wiped
+  spare_requests_.Give(std::move(r));
 }
 
 Http1Connections::ResponseInProgress& Http1Connections::OpenResponse(Connection& c) {
-  if (!c.response) {
-    if (spare_responses_.empty()) {
-      c.response = std::make_unique<ResponseInProgress>();
-    } else {
-      c.response = std::move(spare_responses_.back());
-      spare_responses_.pop_back();
-    }
-  }
+  if (!c.response) c.response = spare_responses_.Take();
   return *c.response;
 }
 
 void Http1Connections::CloseResponse(Connection& c) {
   if (!c.response) return;
-  c.response->Reset();
-  if (spare_responses_.size() < kMaxSpares) spare_responses_.push_back(std::move(c.response));
-  c.response.reset();
+  c.response->Reset();  // the body wiped
+  spare_responses_.Give(std::move(c.response));
 }
 
 bool Http1Connections::Gathering(const std::unique_ptr<HeadBuffer>& head) {
@@ -218,23 +205,14 @@ bool Http1Connections::Gathering(const std::unique_ptr<HeadBuffer>& head) {
 }
 
 Http1Connections::HeadBuffer& Http1Connections::GatherHead(std::unique_ptr<HeadBuffer>& head) {
-  if (!head) {
-    if (spare_heads_.empty()) {
-      head = std::make_unique<HeadBuffer>();
-    } else {
-      head = std::move(spare_heads_.back());
-      spare_heads_.pop_back();
-    }
-  }
+  if (!head) head = spare_heads_.Take();
   return *head;
 }
 
 void Http1Connections::ReleaseHead(std::unique_ptr<HeadBuffer>& head) {
   if (!head) return;
-  head->Reset();
-  head->start_ns = 0;
-  if (spare_heads_.size() < kMaxSpares) spare_heads_.push_back(std::move(head));
-  head.reset();
+  head->Reset();  // its bytes wiped
+  spare_heads_.Give(std::move(head));
 }
 
 void Http1Connections::CountLost(const Connection& c) {

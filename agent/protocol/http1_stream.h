@@ -155,13 +155,32 @@ class Http1Connections {
   void ReleaseHead(std::unique_ptr<HeadBuffer>& head);
   static constexpr size_t kMaxSpares = 64;  // of each: pending requests, responses, heads
 
+  // Objects kept for reuse, their buffers grown (up to kMaxSpares); made when none is left.
+  template <typename T>
+  class Spares {
+   public:
+    std::unique_ptr<T> Take() {
+      if (free_.empty()) return std::make_unique<T>();
+      std::unique_ptr<T> t = std::move(free_.back());
+      free_.pop_back();
+      return t;
+    }
+    // `t` reset (and wiped) by the caller.
+    void Give(std::unique_ptr<T> t) {
+      if (free_.size() < kMaxSpares) free_.push_back(std::move(t));
+    }
+
+   private:
+    std::vector<std::unique_ptr<T>> free_;
+  };
+
   ExchangeSink sink_;
   Http1Limits limits_;
   Map connections_;
   Http1Stats stats_;
-  std::vector<std::unique_ptr<PendingRequest>> spare_requests_;
-  std::vector<std::unique_ptr<ResponseInProgress>> spare_responses_;
-  std::vector<std::unique_ptr<HeadBuffer>> spare_heads_;
+  Spares<PendingRequest> spare_requests_;
+  Spares<ResponseInProgress> spare_responses_;
+  Spares<HeadBuffer> spare_heads_;
 };
 
 }  // namespace stormwatch
