@@ -50,7 +50,7 @@ struct RequestHead {
 // With `end`, `bytes` may go on past the head (a read holds the body's start too): the head is
 // parsed up to its first blank line and *end set one past it, in the same pass. *end is 0 when
 // that blank line was not reached: `bytes` hold no complete head, or it was rejected before
-// its end (FindHeadEnd tells which). Without `end`, `bytes` are one head.
+// its end. Without `end`, `bytes` are one head.
 std::optional<RequestHead> ParseRequestHead(std::string_view bytes, size_t* end = nullptr);
 
 struct ResponseHead {

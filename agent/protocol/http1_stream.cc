@@ -357,17 +357,15 @@ std::string_view Http1Connections::ReadHead(Connection& c, std::string_view byte
     if (start == std::string_view::npos) return {};
     bytes.remove_prefix(start);
     // The whole head in this call (the usual case): parsed where it lies, not gathered, so
-    // its bytes (the token among them) are neither copied nor wiped.
-    const std::string_view window = bytes.substr(0, limits_.max_head_bytes);
-    if (CheckRequestLine(window) == LineVerdict::kRequest) {
-      size_t end = 0;
-      std::optional<RequestHead> parsed = ParseRequestHead(window, &end);  // finds the end too
-      if (end == 0) end = FindHeadEnd(window, 0).value_or(0);  // rejected before it, or cut
-      if (end != 0) {
-        c.kind = Connection::Kind::kHttp1;
-        OnRequestHead(c, parsed, ts_ns, /*gap=*/false);
-        return bytes.substr(end);
-      }
+    // its bytes (the token among them) are neither copied nor wiped. Anything else (a cut
+    // head, a malformed one, the HTTP/2 preface) is judged below, as it was gathered.
+    size_t end = 0;
+    std::optional<RequestHead> parsed =
+        ParseRequestHead(bytes.substr(0, limits_.max_head_bytes), &end);  // finds the end too
+    if (parsed && end != 0) {
+      c.kind = Connection::Kind::kHttp1;
+      OnRequestHead(c, parsed, ts_ns, /*gap=*/false);
+      return bytes.substr(end);
     }
     GatherHead(c.request_head).start_ns = ts_ns;
   }
@@ -546,12 +544,12 @@ void Http1Connections::WriteBytes(Connection& c, std::string_view bytes, bool ca
 std::string_view Http1Connections::WriteHead(Connection& c, std::string_view bytes,
                                              uint64_t ts_ns) {
   if (!Gathering(c.response_head) && bytes.starts_with(kStatusLineStart)) {
-    // The whole head in this call, as Go writes it (with the body's start): parsed in place.
-    const std::string_view window = bytes.substr(0, limits_.max_head_bytes);
+    // The whole head in this call, as Go writes it (with the body's start): parsed in place;
+    // a cut or malformed head is judged below, as it was gathered.
     size_t end = 0;
-    std::optional<ResponseHead> parsed = ParseResponseHead(window, &end);  // finds the end too
-    if (end == 0) end = FindHeadEnd(window, 0).value_or(0);  // rejected before it, or cut
-    if (end != 0) {
+    std::optional<ResponseHead> parsed =
+        ParseResponseHead(bytes.substr(0, limits_.max_head_bytes), &end);  // finds the end too
+    if (parsed && end != 0) {
       OnResponseHead(c, parsed, /*gap=*/false, ts_ns);
       return bytes.substr(end);
     }
