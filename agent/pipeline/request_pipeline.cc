@@ -100,15 +100,14 @@ void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
       return;
     }
   }
-  auto event = DecodeCaptureEvent(bytes);
-  if (!event) {
+  if (DecodeCaptureEventInto(bytes, h2_event_)) {
     ++stats_.decode_errors;
     return;
   }
-  if (auto* req = std::get_if<H2RequestEvent>(&*event)) {
+  if (auto* req = std::get_if<H2RequestEvent>(&h2_event_)) {
     assembler_.OnRequest(*req);
   } else {
-    const auto& resp = std::get<H2ResponseEvent>(*event);
+    const auto& resp = std::get<H2ResponseEvent>(h2_event_);
     if (auto record = assembler_.OnResponse(resp)) OnRequest(*record);
   }
 }

@@ -184,6 +184,9 @@ class RequestPipeline {
   // HTTP/1.1 exchanges' record, reused (Clear keeps its buffers), as the assembler's slots are
   // for HTTP/2: a record allocates nothing once its strings have grown.
   RequestRecord http1_record_;
+  // The HTTP/2 event being handled, decoded in place (DecodeCaptureEventInto). Its views are
+  // the ring buffer's bytes: valid only within OnEvent.
+  CaptureEvent h2_event_;
 };
 
 }  // namespace stormwatch

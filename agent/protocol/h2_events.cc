@@ -31,20 +31,21 @@ void CopyHeader(const sw_event_header& h, auto& out) {
   out.stream_id = h.stream_id;
 }
 
-Result<CaptureEvent> DecodeRequest(std::span<const uint8_t> bytes) {
+// Every member of `ev` is written (it is reused from event to event).
+std::optional<Error> DecodeRequest(std::span<const uint8_t> bytes, H2RequestEvent& ev) {
   constexpr size_t kFixed = offsetof(sw_h2_request, data);
   if (bytes.size() < kFixed) return Error{"h2 request event shorter than its header"};
   sw_h2_request fixed;
   std::memcpy(&fixed, bytes.data(), kFixed);
   if (fixed.data_len > bytes.size() - kFixed) return Error{"h2 request data_len past the event"};
 
-  H2RequestEvent ev;
   CopyHeader(fixed.hdr, ev);
   ev.field_count = fixed.field_count;
   ev.local_address = SockAddrEndpoint(fixed.local);
   ev.peer_address = SockAddrEndpoint(fixed.peer);
   ev.client_cert_der = fixed.client_cert_der;
   ev.client_cert_der_len = fixed.client_cert_der_len;
+  ev.fields.clear();
   // fields_kept is the event's word: each field takes at least 4 bytes of data_len.
   ev.fields.reserve(std::min<size_t>(fixed.fields_kept, fixed.data_len / 4));
   const uint8_t* p = bytes.data() + kFixed;
@@ -59,10 +60,11 @@ Result<CaptureEvent> DecodeRequest(std::span<const uint8_t> bytes) {
     ev.fields.push_back({std::string_view(name, name_len), std::string_view(name + name_len, value_len)});
     p += name_len + value_len;
   }
-  return CaptureEvent{std::move(ev)};
+  return std::nullopt;
 }
 
-Result<CaptureEvent> DecodeResponse(std::span<const uint8_t> bytes) {
+// Every member of `ev` is written (it is reused from event to event).
+std::optional<Error> DecodeResponse(std::span<const uint8_t> bytes, H2ResponseEvent& ev) {
   // The BPF program sends the fixed part and only body_len bytes of the body.
   constexpr size_t kFixed = offsetof(sw_h2_response, body);
   if (bytes.size() < kFixed) return Error{"h2 response event too short"};
@@ -75,7 +77,6 @@ Result<CaptureEvent> DecodeResponse(std::span<const uint8_t> bytes) {
       raw.retry_after_len >= SW_RETRY_AFTER_MAX) {
     return Error{"h2 response header value length out of range"};
   }
-  H2ResponseEvent ev;
   CopyHeader(raw.hdr, ev);
   ev.status = raw.status;
   ev.wrote_bytes = raw.wrote_bytes;
@@ -88,21 +89,32 @@ Result<CaptureEvent> DecodeResponse(std::span<const uint8_t> bytes) {
   ev.retry_after = std::string_view(event + offsetof(sw_h2_response, retry_after), raw.retry_after_len);
   ev.header_walk_incomplete = raw.header_walk_incomplete != 0;
   ev.body_prefix = std::string_view(event + kFixed, raw.body_len);
-  return CaptureEvent{std::move(ev)};
+  return std::nullopt;
 }
 
 }  // namespace
 
-Result<CaptureEvent> DecodeCaptureEvent(std::span<const uint8_t> bytes) {
+std::optional<Error> DecodeCaptureEventInto(std::span<const uint8_t> bytes, CaptureEvent& out) {
   if (bytes.size() < sizeof(sw_event_header)) return Error{"event shorter than its header"};
   switch (Load<uint32_t>(bytes.data())) {
-    case SW_EV_H2_REQUEST:
-      return DecodeRequest(bytes);
-    case SW_EV_H2_RESPONSE:
-      return DecodeResponse(bytes);
+    case SW_EV_H2_REQUEST: {
+      // Made only when the other kind was there: its inline fields are not touched.
+      auto* request = std::get_if<H2RequestEvent>(&out);
+      return DecodeRequest(bytes, request ? *request : out.emplace<H2RequestEvent>());
+    }
+    case SW_EV_H2_RESPONSE: {
+      auto* response = std::get_if<H2ResponseEvent>(&out);
+      return DecodeResponse(bytes, response ? *response : out.emplace<H2ResponseEvent>());
+    }
     default:
       return Error{"unknown event type"};
   }
+}
+
+Result<CaptureEvent> DecodeCaptureEvent(std::span<const uint8_t> bytes) {
+  CaptureEvent event;
+  if (std::optional<Error> error = DecodeCaptureEventInto(bytes, event)) return *std::move(error);
+  return event;
 }
 
 }  // namespace stormwatch
