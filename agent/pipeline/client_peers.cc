@@ -13,7 +13,15 @@ void ClientPeers::Observe(uint64_t client_key, const std::string& client,
                           const std::optional<TcpEndpoint>& peer_end,
                           const std::optional<TcpEndpoint>& local_end, int64_t now_ns,
                           const ClientRequestFacts& facts) {
-  Client& c = clients_.FindOrInsert(
+  ++total_requests_;
+  const uint8_t seen = seen_.Add(client_key);
+  Client* tracked = clients_.Touch(client_key);
+  if (!tracked && clients_.size() >= clients_.capacity() &&
+      seen_.Estimate(clients_.Oldest()->first) >= seen) {
+    ++not_admitted_;  // full, and the newcomer is no heavier than the client it would evict
+    return;
+  }
+  Client& c = tracked ? *tracked : clients_.FindOrInsert(
       client_key,
       [&] {
         Client fresh;
@@ -22,7 +30,6 @@ void ClientPeers::Observe(uint64_t client_key, const std::string& client,
       },
       [](uint64_t, const Client&) {}, [&](Client& reused) { reused.Reset(client); });
   ++c.requests;
-  ++total_requests_;
   c.last_ns = now_ns;
   if (facts.list) {
     ++c.lists;

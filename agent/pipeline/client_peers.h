@@ -2,8 +2,13 @@
 // hundred pods, or a request is anonymous, the peer IP says which pod or node to look at.
 // Per client label, the peer IPs its requests came from: at most kPeersPerClient, in the
 // agent's Space-Saving sketch (a new IP takes the least-counted slot and inherits its count, so
-// a heavy IP is never lost to many light ones). Clients are bounded by the LRU, least recent
-// first.
+// a heavy IP is never lost to many light ones). Clients are bounded: while there is room every
+// client gets an entry; once the table is full a newcomer takes the least recent client's
+// place only when it has been seen more often lately (FrequencySketch: TinyLFU's admission).
+// With more live clients than entries (10,000 service accounts against 4,096) an LRU alone
+// would hand an entry to a new client on nearly every request, counting nothing for long and
+// touching a cold entry each time; this way the tracked clients stay, the others are counted in
+// total_requests() only, and a client that turns heavy (a storm) gets in within a few requests.
 #pragma once
 
 #include <array>
@@ -18,6 +23,7 @@
 
 #include "agent/analysis/record_sink.h"
 #include "agent/core/bounded_lru.h"
+#include "agent/core/frequency_sketch.h"
 #include "agent/core/space_saving.h"
 #include "agent/core/tcp_endpoint.h"
 
@@ -38,7 +44,7 @@ class ClientPeers final : public RecordSink {
  public:
   static constexpr size_t kPeersPerClient = 8;
 
-  explicit ClientPeers(size_t max_clients = 4096) : clients_(max_clients) {}
+  explicit ClientPeers(size_t max_clients = 4096) : clients_(max_clients), seen_(max_clients) {}
 
   // One request of `client` from `peer` to `local` (an unknown peer counts the request only).
   // The per-request path: the client's key (KeyOf(client)) is known already.
@@ -83,6 +89,9 @@ class ClientPeers final : public RecordSink {
   uint64_t total_requests() const { return total_requests_; }
 
   uint64_t evictions() const { return clients_.evictions(); }
+  // Requests of clients that did not get an entry (the table full, the client seen no more
+  // often lately than the least recent tracked one).
+  uint64_t not_admitted() const { return not_admitted_; }
 
  private:
   // What is kept per peer IP besides its count: the latest request's connection, as bytes
@@ -116,7 +125,9 @@ class ClientPeers final : public RecordSink {
   static nlohmann::json PeersJson(const Client& c, size_t limit);
 
   BoundedLru<uint64_t, Client> clients_;  // by KeyOf(name)
+  FrequencySketch seen_;  // every client's requests lately, tracked or not: who gets an entry
   uint64_t total_requests_ = 0;
+  uint64_t not_admitted_ = 0;
   // Firing storms per client label ("storm resource.group"), from the transitions (the
   // detectors bound how many fire).
   std::map<std::string, std::set<std::string>> active_storms_;

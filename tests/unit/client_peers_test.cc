@@ -1,8 +1,15 @@
 // Where each client connects from (agent/pipeline/client_peers.h): exact counts per peer IP,
-// the bound on peers per client (a heavy IP survives many light ones), the bound on clients.
+// the bound on peers per client (a heavy IP survives many light ones), the bound on clients
+// (a full table takes a newcomer only when it is seen more often than its least recent client).
 #include "agent/pipeline/client_peers.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <set>
+#include <string>
+#include <vector>
 
 namespace stormwatch {
 namespace {
@@ -49,36 +56,110 @@ TEST(ClientPeers, AHeavyPeerSurvivesManyLightOnes) {
   EXPECT_TRUE(last_pod_kept) << top.dump();
 }
 
-TEST(ClientPeers, ClientsAreBoundedLeastRecentFirst) {
+// Client names "sa:<n>" whose admission estimates are exact in a table of `capacity`, whatever
+// the process's hash key: no two share their first-way counter (FrequencySketch reads a key's
+// 64-byte block from its low bits, the counter of each way from bits 32-47), and a counter only
+// its key increments always holds that key's count. names[i] is the i-th such name.
+std::vector<std::string> NamesApart(size_t count, size_t capacity) {
+  const uint64_t blocks = std::bit_ceil(std::max<size_t>(capacity / 4, 1));
+  std::set<std::pair<uint64_t, uint64_t>> taken;
+  std::vector<std::string> names;
+  for (int n = 0; names.size() < count; ++n) {
+    const std::string name = "sa:" + std::to_string(n);
+    const uint64_t key = ClientPeers::KeyOf(name);
+    if (taken.insert({key & (blocks - 1), (key >> 32) & 15}).second) names.push_back(name);
+  }
+  return names;
+}
+
+void ObserveNamed(ClientPeers& peers, const std::string& name, int64_t now_ns) {
+  peers.Observe(ClientPeers::KeyOf(name), name, ParseTcpEndpoint("10.0.0.1:1"), std::nullopt,
+                now_ns);
+}
+
+TEST(ClientPeers, AFullTableTakesANewcomerOnlyWhenSeenMoreOftenThanItsLeastRecent) {
   ClientPeers peers(3);
-  for (int c = 0; c < 5; ++c) peers.Observe("sa:" + std::to_string(c), "10.0.0.1:1", "", c);
+  const auto sa = NamesApart(4, 3);
+  for (int c = 0; c < 3; ++c) ObserveNamed(peers, sa[c], c);
+  // Full: sa[3], seen once, is no heavier than sa[0] (the least recent, seen once).
+  ObserveNamed(peers, sa[3], 3);
   EXPECT_EQ(peers.Snapshot(10).size(), 3u);
-  EXPECT_EQ(peers.evictions(), 2u);
-  EXPECT_EQ(peers.TopPeers("sa:0"), nlohmann::json::array());
-  EXPECT_EQ(peers.TopPeers("sa:4").size(), 1u);
+  EXPECT_EQ(peers.evictions(), 0u);
+  EXPECT_EQ(peers.not_admitted(), 1u);
+  EXPECT_EQ(peers.TopPeers(sa[3]), nlohmann::json::array());
+  // Seen twice: it takes sa[0]'s place, counted from there.
+  ObserveNamed(peers, sa[3], 4);
+  EXPECT_EQ(peers.evictions(), 1u);
+  EXPECT_EQ(peers.not_admitted(), 1u);
+  EXPECT_EQ(peers.TopPeers(sa[0]), nlohmann::json::array());
+  ASSERT_EQ(peers.TopPeers(sa[3]).size(), 1u);
+  EXPECT_EQ(peers.TopPeers(sa[3])[0]["requests"], 1);
+  EXPECT_EQ(peers.TopPeers(sa[1]).size(), 1u);
+  EXPECT_EQ(peers.total_requests(), 5u);
+}
+
+// More live clients than entries, all alike (round robin): an LRU alone would hand an entry to
+// a new client on 995 of these 1,000 requests; the table mostly keeps the clients it has (a
+// newcomer gets in only just after an ageing, whose halving rounds its count up against the
+// least recent's), and every request is counted.
+TEST(ClientPeers, AlikeClientsBeyondTheBoundRarelyTurnTheTableOver) {
+  ClientPeers peers(5);  // ageing every 50 additions: estimates halve 20 times here
+  const auto sa = NamesApart(10, 5);
+  for (int i = 0; i < 1000; ++i) ObserveNamed(peers, sa[i % 10], i);
+  EXPECT_LT(peers.evictions(), 200u);
+  EXPECT_GT(peers.not_admitted(), 400u);
+  EXPECT_EQ(peers.total_requests(), 1000u);
+  EXPECT_EQ(peers.Snapshot(1000).size(), 5u);
+}
+
+// A client that turns heavy among steady ones gets an entry within a few of its requests: the
+// storm's evidence can name its peers.
+TEST(ClientPeers, AHeavyNewcomerGetsInAmongSteadyClients) {
+  ClientPeers peers(15);  // ageing every 150 additions: none here
+  const auto sa = NamesApart(16, 15);
+  int64_t t = 0;
+  for (int round = 0; round < 5; ++round) {
+    for (int c = 0; c < 15; ++c) ObserveNamed(peers, sa[c], ++t);
+  }
+  int requests = 0;
+  while (peers.TopPeers(sa[15]).empty()) {
+    ASSERT_LT(requests, 30);
+    ObserveNamed(peers, sa[15], ++t);
+    ++requests;
+  }
+  EXPECT_EQ(requests, 6);  // one more than the least recent client's 5
+  EXPECT_EQ(peers.evictions(), 1u);
+  EXPECT_EQ(peers.not_admitted(), 5u);
+  EXPECT_EQ(peers.TopPeers(sa[0]), nlohmann::json::array());  // the least recent made room
 }
 
 TEST(ClientPeers, AClientTakingAnEvictedOnesPlaceStartsFromNothing) {
   ClientPeers peers(1);
   const std::string exempt = "exempt";
-  const uint64_t a = ClientPeers::KeyOf("sa:a"), b = ClientPeers::KeyOf("sa:b");
+  const auto names = NamesApart(2, 1);
+  const uint64_t a = ClientPeers::KeyOf(names[0]), b = ClientPeers::KeyOf(names[1]);
   for (int i = 0; i < 3; ++i) {
-    peers.Observe(a, "sa:a", ParseTcpEndpoint("10.0.0." + std::to_string(i) + ":1"), ParseTcpEndpoint("10.0.0.9:6443"), kSec,
+    peers.Observe(a, names[0], ParseTcpEndpoint("10.0.0." + std::to_string(i) + ":1"), ParseTcpEndpoint("10.0.0.9:6443"), kSec,
                   {.list = true, .response_bytes = 100, .status = 409, .priority_level = &exempt});
   }
-  // sa:b takes sa:a's place (and its buffers): nothing of sa:a's may show.
-  peers.Observe(b, "sa:b", ParseTcpEndpoint("10.1.0.1:2"), ParseTcpEndpoint("10.0.0.9:6443"), 2 * kSec, {.status = 200});
+  // sa:b, once seen more often than sa:a, takes its place (and its buffers): nothing of
+  // sa:a's may show.
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(peers.evictions(), 0u);
+    peers.Observe(b, names[1], ParseTcpEndpoint("10.1.0.1:2"), ParseTcpEndpoint("10.0.0.9:6443"), 2 * kSec, {.status = 200});
+  }
   EXPECT_EQ(peers.evictions(), 1u);
-  EXPECT_EQ(peers.TopPeers("sa:a"), nlohmann::json::array());
+  EXPECT_EQ(peers.not_admitted(), 3u);
+  EXPECT_EQ(peers.TopPeers(names[0]), nlohmann::json::array());
   const nlohmann::json top = peers.TopSnapshot(2 * kSec);
   ASSERT_EQ(top.size(), 1u);
-  EXPECT_EQ(top[0]["client"], "sa:b");
+  EXPECT_EQ(top[0]["client"], names[1]);
   EXPECT_EQ(top[0]["requests"], 1);
   EXPECT_EQ(top[0]["lists"], 0);
   EXPECT_EQ(top[0]["list_bytes"], 0);
   EXPECT_EQ(top[0]["conflicts"], 0);
   EXPECT_EQ(top[0]["priority_level"], "");
-  EXPECT_EQ(peers.TopPeers("sa:b"),
+  EXPECT_EQ(peers.TopPeers(names[1]),
             nlohmann::json::parse(R"([{"ip":"10.1.0.1","requests":1,"last_peer":"10.1.0.1:2",)"
                                   R"("last_local":"10.0.0.9:6443"}])"));
 }
