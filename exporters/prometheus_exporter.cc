@@ -506,7 +506,8 @@ void PrometheusExporter::CountEtcdRange(std::string_view resource, const ClientN
   ClientCounter(kEtcdRangeBytes, client, admitted, key, labels).Increment(static_cast<double>(bytes));
 }
 
-void PrometheusExporter::CountResponseBody(std::string_view encoding, std::string_view result) {
+prometheus::Counter& PrometheusExporter::ResponseBodyCounter(std::string_view encoding,
+                                                            std::string_view result) {
   std::lock_guard lock(mu_);
   // Both come from fixed vocabularies (BodyEncodingName, BodyFactsResultName): 12 series at most.
   auto key = std::make_pair(std::string(encoding), std::string(result));
@@ -516,7 +517,7 @@ void PrometheusExporter::CountResponseBody(std::string_view encoding, std::strin
              .emplace(key, &response_bodies_->Add({{"encoding", key.first}, {"result", key.second}}))
              .first;
   }
-  it->second->Increment();
+  return *it->second;
 }
 
 void PrometheusExporter::SetIdentityCache(uint64_t hits, uint64_t misses) {

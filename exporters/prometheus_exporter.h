@@ -106,7 +106,12 @@ class PrometheusExporter {
   void SetIdentityCache(uint64_t hits, uint64_t misses);
   // A write's response body the agent read for object facts: its encoding (json, protobuf,
   // other) and what it gave (object, partial, not_object, unreadable).
-  void CountResponseBody(std::string_view encoding, std::string_view result);
+  void CountResponseBody(std::string_view encoding, std::string_view result) {
+    ResponseBodyCounter(encoding, result).Increment();
+  }
+  // Its counter, for callers that keep it: the series is never removed, and a counter counts
+  // without the exporter's lock (prometheus-cpp's are atomic).
+  prometheus::Counter& ResponseBodyCounter(std::string_view encoding, std::string_view result);
   // LISTs by how much they cost: consistent (etcd) or from the cache, paginated or not.
   void CountList(const ClientName& client, std::string_view group, std::string_view resource,
                  std::string_view scope, std::string_view consistency, bool paginated);

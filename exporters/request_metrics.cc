@@ -46,8 +46,17 @@ bool ResourceLabels::AdmitNew(uint64_t key, bool served) {
 
 void RequestMetrics::OnRequest(const RequestRecord& r) {
   if (r.body_read) {
-    exporter_->CountResponseBody(BodyEncodingName(r.body_read->encoding),
-                                 BodyFactsResultName(r.body_read->result));
+    const auto encoding = static_cast<size_t>(r.body_read->encoding);
+    const auto result = static_cast<size_t>(r.body_read->result);
+    const std::string_view encoding_name = BodyEncodingName(r.body_read->encoding);
+    const std::string_view result_name = BodyFactsResultName(r.body_read->result);
+    if (encoding < kEncodings && result < kBodyResults) {  // a replayed record's may not be
+      prometheus::Counter*& body = body_counters_[encoding][result];
+      if (!body) body = &exporter_->ResponseBodyCounter(encoding_name, result_name);
+      body->Increment();
+    } else {
+      exporter_->CountResponseBody(encoding_name, result_name);
+    }
   }
   MetricLabels m = MetricLabelsFor(r.info, r.shape, r.method, r.content_type, r.path);
   if (!m.resource.empty()) {

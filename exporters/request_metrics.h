@@ -6,6 +6,8 @@
 
 #include <absl/container/flat_hash_map.h>
 
+#include <array>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -70,6 +72,11 @@ class RequestMetrics final : public RecordSink {
   void PublishDetectorState(int64_t now_ns);
 
   ResourceLabels resources_;
+  // stormwatch_response_bodies_total's counter per (BodyEncoding, BodyFactsResult), found
+  // once: a third of all requests are writes whose body is read.
+  static constexpr size_t kEncodings = static_cast<size_t>(BodyEncoding::kOther) + 1;
+  static constexpr size_t kBodyResults = static_cast<size_t>(BodyFactsResult::kUnreadable) + 1;
+  std::array<std::array<prometheus::Counter*, kBodyResults>, kEncodings> body_counters_{};
 
   PrometheusExporter* exporter_;
   const StormDetectors* detectors_;
