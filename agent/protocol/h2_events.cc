@@ -98,7 +98,8 @@ std::optional<Error> DecodeCaptureEventInto(std::span<const uint8_t> bytes, Capt
   if (bytes.size() < sizeof(sw_event_header)) return Error{"event shorter than its header"};
   switch (Load<uint32_t>(bytes.data())) {
     case SW_EV_H2_REQUEST: {
-      // Made only when the other kind was there: its inline fields are not touched.
+      // After a response (the usual order) a request event is made afresh: a few stores, its
+      // inline fields left uninitialised until written.
       auto* request = std::get_if<H2RequestEvent>(&out);
       return DecodeRequest(bytes, request ? *request : out.emplace<H2RequestEvent>());
     }
