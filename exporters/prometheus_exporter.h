@@ -104,13 +104,10 @@ class PrometheusExporter {
   void SetEtcdLinks(uint64_t lists, uint64_t matched);
   // stormwatch_identity_cache_lookups_total{result="hit"|"miss"}: cumulative counts.
   void SetIdentityCache(uint64_t hits, uint64_t misses);
-  // A write's response body the agent read for object facts: its encoding (json, protobuf,
-  // other) and what it gave (object, partial, not_object, unreadable).
-  void CountResponseBody(std::string_view encoding, std::string_view result) {
-    ResponseBodyCounter(encoding, result).Increment();
-  }
-  // Its counter, for callers that keep it: the series is never removed, and a counter counts
-  // without the exporter's lock (prometheus-cpp's are atomic).
+  // The counter of write response bodies the agent read for object facts, by encoding (json,
+  // protobuf, other) and what the read gave (object, partial, not_object, unreadable). Callers
+  // keep it: the series is never removed, and a counter counts without the exporter's lock
+  // (prometheus-cpp's are atomic).
   prometheus::Counter& ResponseBodyCounter(std::string_view encoding, std::string_view result);
   // LISTs by how much they cost: consistent (etcd) or from the cache, paginated or not.
   void CountList(const ClientName& client, std::string_view group, std::string_view resource,

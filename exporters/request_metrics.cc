@@ -1,5 +1,6 @@
 #include "exporters/request_metrics.h"
 
+#include <algorithm>
 #include <charconv>
 #include <string>
 
@@ -46,17 +47,16 @@ bool ResourceLabels::AdmitNew(uint64_t key, bool served) {
 
 void RequestMetrics::OnRequest(const RequestRecord& r) {
   if (r.body_read) {
-    const auto encoding = static_cast<size_t>(r.body_read->encoding);
-    const auto result = static_cast<size_t>(r.body_read->result);
-    const std::string_view encoding_name = BodyEncodingName(r.body_read->encoding);
-    const std::string_view result_name = BodyFactsResultName(r.body_read->result);
-    if (encoding < kEncodings && result < kBodyResults) {  // a replayed record's may not be
-      prometheus::Counter*& body = body_counters_[encoding][result];
-      if (!body) body = &exporter_->ResponseBodyCounter(encoding_name, result_name);
-      body->Increment();
-    } else {
-      exporter_->CountResponseBody(encoding_name, result_name);
+    // A replayed record's values may lie outside the enums: counted as their names are then
+    // ("other", "unreadable"), the last of each.
+    const size_t encoding = std::min(static_cast<size_t>(r.body_read->encoding), kEncodings - 1);
+    const size_t result = std::min(static_cast<size_t>(r.body_read->result), kBodyResults - 1);
+    prometheus::Counter*& body = body_counters_[encoding][result];
+    if (!body) {
+      body = &exporter_->ResponseBodyCounter(BodyEncodingName(static_cast<BodyEncoding>(encoding)),
+                                             BodyFactsResultName(static_cast<BodyFactsResult>(result)));
     }
+    body->Increment();
   }
   MetricLabels m = MetricLabelsFor(r.info, r.shape, r.method, r.content_type, r.path);
   if (!m.resource.empty()) {

@@ -7,7 +7,6 @@
 #include <absl/container/flat_hash_map.h>
 
 #include <array>
-
 #include <cstdint>
 #include <string>
 #include <string_view>
