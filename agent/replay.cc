@@ -148,7 +148,7 @@ int RunReplay(const ReplayOptions& options) {
   }
   std::fflush(stdout);
   if (options.print_metrics) {
-    std::string text = prometheus::TextSerializer().Serialize(exporter.registry()->Collect());
+    std::string text = prometheus::TextSerializer().Serialize(exporter.Collect());
     std::fwrite(text.data(), 1, text.size(), stdout);
   }
   std::fprintf(stderr, "stormwatch replay: %llu requests, %llu etcd calls%s\n",

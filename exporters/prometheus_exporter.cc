@@ -21,6 +21,19 @@ constexpr const char* kClientFamilyNames[] = {
     "stormwatch_etcd_range_bytes_total", "stormwatch_etcd_stream_messages_total"};
 constexpr char kExemptFamilyName[] = "stormwatch_exempt_client_requests_total";
 
+// The request families CountRequest counts itself (PrometheusExporter::Collect).
+constexpr char kRequestsHelp[] =
+    "Requests the API server handled, by client and by the labels of apiserver_request_total.";
+constexpr char kResponseBytesHelp[] =
+    "Response body bytes written by the API server, by client and by the labels of "
+    "apiserver_request_total.";
+constexpr char kApfHelp[] =
+    "Requests by client and the API Priority and Fairness priority level and flow schema that "
+    "classified them (unknown when the response did not say or the UID is not mapped to a name).";
+// Their labels but the client, sorted by name as prometheus-cpp's exposition has them.
+constexpr const char* kRequestLabelNames[] = {"code",  "group", "resource", "scope",
+                                              "subresource", "verb", "version"};
+
 std::string OrUnknown(std::string_view value) { return value.empty() ? "unknown" : std::string(value); }
 
 }  // namespace
@@ -40,8 +53,56 @@ PrometheusExporter::~PrometheusExporter() {
   if (http_) mg_stop(http_);  // joins its threads: no scrape runs past this
 }
 
+std::vector<prometheus::MetricFamily> PrometheusExporter::Collect() const {
+  std::vector<prometheus::MetricFamily> families;
+  {
+    std::lock_guard lock(mu_);
+    CollectRequestFamilies(families);
+  }
+  for (auto& f : registry_->Collect()) families.push_back(std::move(f));
+  return families;
+}
+
+void PrometheusExporter::CollectRequestFamilies(std::vector<prometheus::MetricFamily>& out) const {
+  using prometheus::ClientMetric;
+  prometheus::MetricFamily requests{"stormwatch_requests_total", kRequestsHelp,
+                                    prometheus::MetricType::Counter, {}};
+  prometheus::MetricFamily bytes{"stormwatch_response_bytes_total", kResponseBytesHelp,
+                                 prometheus::MetricType::Counter, {}};
+  prometheus::MetricFamily apf{"stormwatch_apf_requests_total", kApfHelp,
+                               prometheus::MetricType::Counter, {}};
+  for (const auto& [key, client] : client_counters_) {
+    for (const auto& [series, counts] : client.requests) {
+      ClientMetric m;
+      m.label.reserve(1 + std::size(kRequestLabelNames));
+      m.label.push_back({"client", client.label});
+      for (size_t i = 0; i < std::size(kRequestLabelNames); ++i) {
+        m.label.push_back({kRequestLabelNames[i], request_series_[series][i]});
+      }
+      if (counts.response_bytes) {
+        bytes.metric.push_back(m);
+        bytes.metric.back().counter.value = static_cast<double>(counts.response_bytes);
+      }
+      m.counter.value = static_cast<double>(counts.requests);
+      requests.metric.push_back(std::move(m));
+    }
+    for (const auto& [series, count] : client.apf) {
+      ClientMetric m;
+      m.label = {{"client", client.label},
+                 {"flow_schema", OrUnknown(apf_series_[series].second)},
+                 {"priority_level", OrUnknown(apf_series_[series].first)}};
+      m.counter.value = static_cast<double>(count);
+      apf.metric.push_back(std::move(m));
+    }
+  }
+  // As prometheus-cpp's families: none without series.
+  for (prometheus::MetricFamily* f : {&requests, &bytes, &apf}) {
+    if (!f->metric.empty()) out.push_back(std::move(*f));
+  }
+}
+
 std::string PrometheusExporter::Scrape() const {
-  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  std::vector<prometheus::MetricFamily> families = Collect();
   for (auto& f : process_->Collect()) families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);
 }
@@ -65,16 +126,6 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
       process_(std::make_shared<ProcessCollector>()),
       cap_(limits.max_clients, int64_t{limits.idle_s} * 1'000'000'000),
       idle_ns_(int64_t{limits.idle_s} * 1'000'000'000) {
-  requests_ = &prometheus::BuildCounter()
-                   .Name("stormwatch_requests_total")
-                   .Help("Requests the API server handled, by client and by the labels of "
-                         "apiserver_request_total.")
-                   .Register(*registry_);
-  response_bytes_ = &prometheus::BuildCounter()
-                         .Name("stormwatch_response_bytes_total")
-                         .Help("Response body bytes written by the API server, by client and by "
-                               "the labels of apiserver_request_total.")
-                         .Register(*registry_);
   lists_ = &prometheus::BuildCounter()
                 .Name("stormwatch_list_requests_total")
                 .Help("LIST requests by client and cost shape: consistency (consistent reads go "
@@ -163,12 +214,6 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                           .Help("Time to plan a target's probes from its binary (ELF, "
                                 "pclntab, Go type data), on the planner thread, by target.")
                           .Register(*registry_);
-  apf_ = &prometheus::BuildCounter()
-              .Name("stormwatch_apf_requests_total")
-              .Help("Requests by client and the API Priority and Fairness priority level and flow "
-                    "schema that classified them (unknown when the response did not say or the "
-                    "UID is not mapped to a name).")
-              .Register(*registry_);
   throttled_ = &prometheus::BuildCounter()
                     .Name("stormwatch_throttled_requests_total")
                     .Help("Requests rejected with 429 Too Many Requests, by client and priority "
@@ -222,7 +267,7 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                               "had no series of its own (client limit reached).")
                         .Register(*registry_);
 
-  client_families_ = {requests_, response_bytes_, lists_, apf_, throttled_, watches_,
+  client_families_ = {nullptr, nullptr, lists_, nullptr, throttled_, watches_,
                       etcd_requests_, etcd_range_keys_, etcd_range_bytes_, etcd_stream_messages_};
   for (size_t f = 0; f < kClientFamilyCount; ++f) {
     client_series_gauges_[f] = &client_series_->Add({{"metric", kClientFamilyNames[f]}});
@@ -277,7 +322,9 @@ PrometheusExporter::ClientCounters& PrometheusExporter::ClientEntry(const Client
   const uint64_t key = admitted ? client.key : other_.key;
   // The previous call's client is most often this one's (a request counts in several families).
   if (last_client_ == nullptr || last_client_->first != key) {
-    last_client_ = &*client_counters_.try_emplace(key).first;
+    auto [it, fresh] = client_counters_.try_emplace(key);
+    if (fresh) it->second.label = admitted ? client.label : other_.label;
+    last_client_ = &*it;
   }
   return last_client_->second;
 }
@@ -285,9 +332,14 @@ PrometheusExporter::ClientCounters& PrometheusExporter::ClientEntry(const Client
 void PrometheusExporter::EndClientSeries(const std::string& client) {
   auto it = client_counters_.find(ClientName(client).key);
   if (it == client_counters_.end()) return;
+  const ClientCounters& c = it->second;
   for (size_t f = 0; f < kClientFamilyCount; ++f) {
-    if (it->second.by_family[f].empty()) continue;
-    for (const auto& [key, counter] : it->second.by_family[f]) client_families_[f]->Remove(counter);
+    const bool had_series = f == kRequests        ? !c.requests.empty()
+                            : f == kResponseBytes ? c.response_bytes
+                            : f == kApf           ? !c.apf.empty()
+                                                  : !c.by_family[f].empty();
+    if (!had_series) continue;
+    for (const auto& [key, counter] : c.by_family[f]) client_families_[f]->Remove(counter);
     client_series_gauges_[f]->Set(static_cast<double>(--clients_per_family_[f]));
   }
   client_counters_.erase(it);
@@ -322,50 +374,62 @@ void PrometheusExporter::Compact(int64_t now_ns) {
   UpdateExemptSeriesGauge();
 }
 
-void PrometheusExporter::CountRequest(const RequestObservation& o) {
+PrometheusExporter::RequestLabelSet& PrometheusExporter::LabelSetOf(
+    const RequestObservation& o) {
   const RequestLabels& l = o.labels;
-  auto labels = [&l] {
-    auto s = [](std::string_view v) { return std::string(v); };
-    return Labels{{"verb", s(l.verb)},         {"group", s(l.group)},
-                  {"version", s(l.version)},   {"resource", s(l.resource)},
-                  {"subresource", s(l.subresource)}, {"scope", s(l.scope)}, {"code", s(l.code)}};
-  };
-  std::lock_guard lock(mu_);
-  const bool admitted = cap_.Admit(l.client, /*is_request=*/true);
-  // The APF labels are part of the key: a label set finds all its series at once.
+  // The APF pair is part of the key: a label set finds all its series at once.
   const std::string& key = Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope,
                                 l.code, o.priority_level, o.flow_schema});
+  if (auto it = request_label_sets_.find(key); it != request_label_sets_.end()) return it->second;
+  std::string set_key = key;  // Key()'s buffer is reused below
+  RequestLabelSet set;
+  auto [series, fresh_series] = request_series_ids_.try_emplace(
+      Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope, l.code}),
+      static_cast<uint32_t>(request_series_.size()));
+  if (fresh_series) {
+    request_series_.push_back({std::string(l.code), std::string(l.group), std::string(l.resource),
+                               std::string(l.scope), std::string(l.subresource),
+                               std::string(l.verb), std::string(l.version)});
+  }
+  set.series = series->second;
+  auto [apf, fresh_apf] = apf_series_ids_.try_emplace(Key({o.priority_level, o.flow_schema}),
+                                                      static_cast<uint32_t>(apf_series_.size()));
+  if (fresh_apf) apf_series_.emplace_back(o.priority_level, o.flow_schema);
+  set.apf = apf->second;
+  return request_label_sets_.emplace(std::move(set_key), set).first->second;
+}
+
+void PrometheusExporter::CountRequest(const RequestObservation& o) {
+  const RequestLabels& l = o.labels;
+  std::lock_guard lock(mu_);
+  const bool admitted = cap_.Admit(l.client, /*is_request=*/true);
+  RequestLabelSet& set = LabelSetOf(o);
   ClientCounters& client = ClientEntry(l.client, admitted);
-  RequestSeries& series = client.requests.try_emplace(key).first->second;
-  // Found the slow way once per label set and client (SeriesCounter registers each series in
-  // its family's map, which EndClientSeries removes them by); folded requests are counted
-  // below, one by one.
-  auto request_key = [&]() -> const std::string& {
-    return Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope, l.code});
+  // A client's first series in a family counts it in stormwatch_client_series; folded
+  // observations are counted one by one.
+  auto first_series = [&](ClientFamily family) {
+    client_series_gauges_[family]->Set(static_cast<double>(++clients_per_family_[family]));
   };
-  if (!series.requests) series.requests = &SeriesCounter(kRequests, l.client, admitted, request_key(), labels);
+  if (client.requests.empty()) first_series(kRequests);
+  RequestCounts& counts = client.requests[set.series];
+  ++counts.requests;
   if (!admitted) folded_counters_[kRequests]->Increment();
-  series.requests->Increment();
   if (o.response_bytes) {
-    if (!series.response_bytes) {
-      series.response_bytes = &SeriesCounter(kResponseBytes, l.client, admitted, request_key(), labels);
+    if (!client.response_bytes) {
+      client.response_bytes = true;
+      first_series(kResponseBytes);
     }
+    counts.response_bytes += o.response_bytes;
     if (!admitted) folded_counters_[kResponseBytes]->Increment();
-    series.response_bytes->Increment(static_cast<double>(o.response_bytes));
   }
   if (o.apf) {
-    if (!series.apf) {
-      series.apf = &SeriesCounter(kApf, l.client, admitted, Key({o.priority_level, o.flow_schema}), [&] {
-        return Labels{{"priority_level", OrUnknown(o.priority_level)},
-                      {"flow_schema", OrUnknown(o.flow_schema)}};
-      });
-    }
+    if (client.apf.empty()) first_series(kApf);
+    ++client.apf[set.apf];
     if (!admitted) folded_counters_[kApf]->Increment();
-    series.apf->Increment();
   }
   if (o.duration_s >= 0) {
-    if (!series.duration) series.duration = &DurationHistogram(l.verb, l.group, l.resource);
-    series.duration->Observe(o.duration_s);
+    if (!set.duration) set.duration = &DurationHistogram(l.verb, l.group, l.resource);
+    set.duration->Observe(o.duration_s);
   }
 }
 

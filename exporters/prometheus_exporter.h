@@ -27,6 +27,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "exporters/client_cap.h"
 
@@ -72,13 +73,20 @@ class PrometheusExporter {
   PrometheusExporter(const PrometheusExporter&) = delete;
   PrometheusExporter& operator=(const PrometheusExporter&) = delete;
 
-  // What a scrape of /metrics returns: the registry, then the agent's process_* series.
+  // What a scrape of /metrics returns: Collect(), then the agent's process_* series.
   std::string Scrape() const;
+  // Every stormwatch_* family with series: the request families this exporter counts itself
+  // (CountRequest), then prometheus-cpp's registry.
+  std::vector<prometheus::MetricFamily> Collect() const;
   // stormwatch_build_info{version, commit, libbpf, kernel} 1.
   void SetBuildInfo(const std::map<std::string, std::string>& labels);
 
-  // One lock, one client decision and one lookup per request: the series a request's labels
-  // resolve to are kept per client (RequestSeries), so a record costs a hash of its labels.
+  // One lock, one client decision and one lookup per request. stormwatch_requests_total,
+  // stormwatch_response_bytes_total and stormwatch_apf_requests_total are counted here, not by
+  // prometheus-cpp: their label sets are interned once (RequestLabelSet), each client keeps
+  // plain counts per label set, and Collect() makes the series. A prometheus-cpp series per
+  // (client, label set) cost a std::map of labels, a hash of it and an allocation, and many
+  // clients make series all the time.
   void CountRequest(const RequestObservation& request);
   void CountRequest(const RequestLabels& labels, uint64_t response_bytes) {
     RequestObservation request;
@@ -144,26 +152,36 @@ class PrometheusExporter {
   // counted under "other") and of storms resolved more than idle_s ago.
   void Compact(int64_t now_ns);
 
-  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
-
  private:
   // Families with a `client` label, in the order of kClientFamilyNames.
   enum ClientFamily : size_t {
     kRequests, kResponseBytes, kLists, kApf, kThrottled, kWatches, kEtcdRequests,
     kEtcdRangeKeys, kEtcdRangeBytes, kEtcdStreamMessages, kClientFamilyCount
   };
-  // The series one request label set (CountRequest's key) counts in; null until first used.
-  struct RequestSeries {
-    prometheus::Counter* requests = nullptr;
-    prometheus::Counter* response_bytes = nullptr;
-    prometheus::Counter* apf = nullptr;
-    prometheus::Histogram* duration = nullptr;  // no client label: never removed
+  // The labels of stormwatch_requests_total and stormwatch_response_bytes_total without the
+  // client, in the order of kRequestLabelNames (the exposition's, sorted by name).
+  using RequestSeriesLabels = std::array<std::string, 7>;
+  // CountRequest's labels without the client (its key: the labels of the request families
+  // and the APF pair), interned: what its series are, found once.
+  struct RequestLabelSet {
+    uint32_t series = 0;  // index in request_series_
+    uint32_t apf = 0;     // index in apf_series_
+    prometheus::Histogram* duration = nullptr;  // null until observed; never removed
   };
-  // Per client, its counters in each client family by their other labels (a key), and
-  // CountRequest's cache of them; both end with the client's series (EndClientSeries).
+  // A client's counts in one label set of stormwatch_requests_total (and its bytes).
+  struct RequestCounts {
+    uint64_t requests = 0;
+    uint64_t response_bytes = 0;  // 0: no stormwatch_response_bytes_total series yet
+  };
+  // Per client (or "other"): its label, its counters in each prometheus-cpp client family by
+  // their other labels (a key), and its own request counts by interned label set; all end
+  // with the client's series (EndClientSeries).
   struct ClientCounters {
+    std::string label;
     std::array<absl::flat_hash_map<std::string, prometheus::Counter*>, kClientFamilyCount> by_family;
-    absl::flat_hash_map<std::string, RequestSeries> requests;
+    absl::flat_hash_map<uint32_t, RequestCounts> requests;  // by index in request_series_
+    absl::flat_hash_map<uint32_t, uint64_t> apf;            // by index in apf_series_
+    bool response_bytes = false;  // some label set has bytes counted
   };
   using Labels = std::map<std::string, std::string>;
 
@@ -182,6 +200,10 @@ class PrometheusExporter {
   prometheus::Histogram& DurationHistogram(std::string_view verb, std::string_view group,
                                            std::string_view resource);
   void EndClientSeries(const std::string& client);
+  // The interned label set of a request (made on first use); under mu_.
+  RequestLabelSet& LabelSetOf(const RequestObservation& o);
+  // The request families' series from client_counters_ (held under mu_).
+  void CollectRequestFamilies(std::vector<prometheus::MetricFamily>& out) const;
   // `values` joined by \x1f into key_ (reused: no allocation per request); under mu_.
   const std::string& Key(std::initializer_list<std::string_view> values);
   void AddCumulative(prometheus::Family<prometheus::Counter>& family,
@@ -194,8 +216,6 @@ class PrometheusExporter {
   std::shared_ptr<prometheus::Collectable> process_;
   mg_context* http_ = nullptr;
   prometheus::Family<prometheus::Gauge>* build_info_;
-  prometheus::Family<prometheus::Counter>* requests_;
-  prometheus::Family<prometheus::Counter>* response_bytes_;
   prometheus::Family<prometheus::Counter>* lists_;
   prometheus::Family<prometheus::Counter>* etcd_requests_;
   prometheus::Family<prometheus::Counter>* etcd_range_keys_;
@@ -217,7 +237,6 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Gauge>* target_info_;
   prometheus::Family<prometheus::Counter>* attach_failures_;
   prometheus::Family<prometheus::Histogram>* target_planning_;
-  prometheus::Family<prometheus::Counter>* apf_;
   prometheus::Family<prometheus::Counter>* throttled_;
   prometheus::Family<prometheus::Histogram>* retry_after_;
   prometheus::Family<prometheus::Counter>* exempt_;
@@ -229,10 +248,11 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Gauge>* client_series_;
   prometheus::Family<prometheus::Counter>* series_folded_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;  // Collect() reads the request counts under it
   std::string key_;  // Key()'s buffer
   ClientCap cap_;
   int64_t idle_ns_;
+  // null for the request families (kRequests, kResponseBytes, kApf): counted here.
   std::array<prometheus::Family<prometheus::Counter>*, kClientFamilyCount> client_families_;
   std::array<size_t, kClientFamilyCount> clients_per_family_{};
   std::array<prometheus::Gauge*, kClientFamilyCount> client_series_gauges_;
@@ -243,6 +263,14 @@ class PrometheusExporter {
   // when the map grows: only ClientEntry adds (and re-points this), EndClientSeries erases
   // (and clears this).
   std::pair<const uint64_t, ClientCounters>* last_client_ = nullptr;
+  // CountRequest's label sets by their Key(), and the label values of the request families'
+  // series. Bounded as the labels are (verbs, codes, ResourceLabels, APF levels); kept when
+  // the clients counting in them end, as client="other" keeps its series.
+  absl::flat_hash_map<std::string, RequestLabelSet> request_label_sets_;
+  absl::flat_hash_map<std::string, uint32_t> request_series_ids_;  // by Key() of the 7 labels
+  std::vector<RequestSeriesLabels> request_series_;
+  absl::flat_hash_map<std::string, uint32_t> apf_series_ids_;  // by Key() of the pair
+  std::vector<std::pair<std::string, std::string>> apf_series_;  // priority_level, flow_schema
   // Histogram handles per label set: Family::Add hashes a std::map on every call.
   absl::flat_hash_map<std::string, prometheus::Histogram*> duration_cache_;
   absl::flat_hash_map<std::string, prometheus::Histogram*> etcd_duration_cache_;

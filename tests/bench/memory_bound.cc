@@ -390,7 +390,7 @@ int Run() {
     if (done == 1'000'000) rss_at_1m = rss;
     size_t series = 0;
     auto clients = ClientsPerFamily(
-        prometheus::TextSerializer().Serialize(exporter.registry()->Collect()), &series);
+        prometheus::TextSerializer().Serialize(exporter.Collect()), &series);
     clients_with_requests = clients["stormwatch_requests_total"];
     std::string per_family;
     for (const auto& [family, names] : clients) {

@@ -152,7 +152,7 @@ std::optional<Identity> ApiserverCertIdentity(const RequestConnection& c) {
 }
 
 std::string Metrics(PrometheusExporter& e) {
-  return prometheus::TextSerializer().Serialize(e.registry()->Collect());
+  return prometheus::TextSerializer().Serialize(e.Collect());
 }
 
 TEST(PipelineEtcd, CountsByMethodResourceClientAndCode) {

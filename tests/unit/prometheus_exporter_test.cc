@@ -22,7 +22,7 @@ constexpr int64_t kSec = 1'000'000'000;
 constexpr int64_t kIdle = 600 * kSec;
 
 std::string Metrics(const PrometheusExporter& e) {
-  return prometheus::TextSerializer().Serialize(e.registry()->Collect());
+  return prometheus::TextSerializer().Serialize(e.Collect());
 }
 
 bool Has(const std::string& text, const std::string& line) {
@@ -237,6 +237,54 @@ TEST(PrometheusExporterTest, ARequestsCachedSeriesEndWithItsClientAndFoldedOnesC
   EXPECT_TRUE(Has(m, R"(stormwatch_response_bytes_total{client="alice",)" + pods + "} 100")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="alice",flow_schema="service-accounts",priority_level="workload-low"} 1)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_count{group="",resource="pods",verb="GET"} 4)")) << m;
+}
+
+// The request families are counted by the exporter itself (interned label sets, plain counts
+// per client): one requests series per label set whatever the APF pair, one APF series per
+// pair whatever the other labels, a family's series only once something counted in it, and
+// stormwatch_client_series per family exact as clients come and go.
+TEST(PrometheusExporterTest, RequestFamiliesKeepTheirOwnLabelSetsPerClient) {
+  PrometheusExporter e(ClientSeriesLimits{.max_clients = 2, .idle_s = 600});
+  const std::string kAlice = "alice", kBob = "bob", k200 = "200", k404 = "404";
+  e.CountRequest({Get(kAlice, k200), 10, true, "workload-low", "service-accounts", 0.01});
+  e.CountRequest({Get(kAlice, k200), 20, true, "global-default", "global-default", 0.01});
+  e.CountRequest({Get(kAlice, k404), 30, true, "workload-low", "service-accounts", 0.01});
+  e.CountRequest({Get(kBob, k200), 0, false, "", "", 0.01});  // no bytes, no APF pair
+  std::string m = Metrics(e);
+  const std::string pods = R"(group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1")";
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="alice",code="200",)" + pods + "} 2")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="alice",code="404",)" + pods + "} 1")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="bob",code="200",)" + pods + "} 1")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_response_bytes_total{client="alice",code="200",)" + pods + "} 30")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_response_bytes_total{client="alice",code="404",)" + pods + "} 30")) << m;
+  EXPECT_EQ(m.find(R"(stormwatch_response_bytes_total{client="bob")"), std::string::npos) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="alice",flow_schema="service-accounts",priority_level="workload-low"} 2)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="alice",flow_schema="global-default",priority_level="global-default"} 1)")) << m;
+  EXPECT_EQ(m.find(R"(stormwatch_apf_requests_total{client="bob")"), std::string::npos) << m;
+  // Three series of alice's, one of bob's: 4 lines in all, no line per APF pair.
+  size_t lines = 0;
+  for (size_t at = m.find("\nstormwatch_requests_total{"); at != std::string::npos;
+       at = m.find("\nstormwatch_requests_total{", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 3u) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_requests_total"} 2)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_response_bytes_total"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_apf_requests_total"} 1)")) << m;
+  EXPECT_TRUE(Has(m, "# TYPE stormwatch_requests_total counter")) << m;
+
+  e.Compact(60 * kSec);
+  e.CountRequest({Get(kBob, k200), 0, false, "", "", 0.01});
+  e.Compact(700 * kSec);  // alice idle for 640 s: her series end, bob's stay
+  m = Metrics(e);
+  EXPECT_EQ(m.find(R"(client="alice")"), std::string::npos) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="bob",code="200",)" + pods + "} 2")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_requests_total"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_response_bytes_total"} 0)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_apf_requests_total"} 0)")) << m;
+  // Families without series are left out, as prometheus-cpp's are.
+  EXPECT_EQ(m.find("stormwatch_response_bytes_total{"), std::string::npos) << m;
+  EXPECT_EQ(m.find("# TYPE stormwatch_apf_requests_total"), std::string::npos) << m;
 }
 
 TEST(PrometheusExporterTest, CompactEndsIdleClientsAndAHeavyFoldedClientTakesTheSlot) {

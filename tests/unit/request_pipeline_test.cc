@@ -56,7 +56,7 @@ std::vector<uint8_t> ResponseEvent(uint64_t conn, uint32_t stream, int64_t ts, i
 }
 
 std::string Metrics(const PrometheusExporter& e) {
-  return prometheus::TextSerializer().Serialize(e.registry()->Collect());
+  return prometheus::TextSerializer().Serialize(e.Collect());
 }
 
 class PipelineTest : public ::testing::Test {
