@@ -4,6 +4,8 @@
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
+#include <iterator>
+#include <limits>
 #include <stdexcept>
 
 #include "exporters/process_collector.h"
@@ -20,6 +22,9 @@ constexpr const char* kClientFamilyNames[] = {
     "stormwatch_etcd_requests_total", "stormwatch_etcd_range_keys_total",
     "stormwatch_etcd_range_bytes_total", "stormwatch_etcd_stream_messages_total"};
 constexpr char kExemptFamilyName[] = "stormwatch_exempt_client_requests_total";
+constexpr char kFoldedHelp[] =
+    "Observations counted under client=\"other\" because the client had no series of its own "
+    "(client limit reached).";
 
 // The request families CountRequest counts itself (PrometheusExporter::Collect).
 constexpr char kRequestsHelp[] =
@@ -30,6 +35,12 @@ constexpr char kResponseBytesHelp[] =
 constexpr char kApfHelp[] =
     "Requests by client and the API Priority and Fairness priority level and flow schema that "
     "classified them (unknown when the response did not say or the UID is not mapped to a name).";
+constexpr char kDurationHelp[] =
+    "Time from decoded request headers to the handler's end, by verb and resource (as "
+    "apiserver_request_duration_seconds).";
+// apiserver_request_duration_seconds' buckets, so the two line up.
+constexpr double kDurationBuckets[] = {0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5,
+                                       2,     3,     4,    5,   6,   8,   10,  15,  20,  30,  45, 60};
 // Their labels but the client, sorted by name as prometheus-cpp's exposition has them.
 constexpr const char* kRequestLabelNames[] = {"code",  "group", "resource", "scope",
                                               "subresource", "verb", "version"};
@@ -95,8 +106,32 @@ void PrometheusExporter::CollectRequestFamilies(std::vector<prometheus::MetricFa
       apf.metric.push_back(std::move(m));
     }
   }
+  prometheus::MetricFamily durations{"stormwatch_request_duration_seconds", kDurationHelp,
+                                     prometheus::MetricType::Histogram, {}};
+  for (const DurationCounts& d : durations_) {
+    ClientMetric m;
+    m.label = {{"group", d.labels[0]}, {"resource", d.labels[1]}, {"verb", d.labels[2]}};
+    m.histogram.sample_count = d.count;
+    m.histogram.sample_sum = d.sum;
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < d.buckets.size(); ++i) {
+      cumulative += d.buckets[i];
+      m.histogram.bucket.push_back({cumulative, i < std::size(kDurationBuckets)
+                                                    ? kDurationBuckets[i]
+                                                    : std::numeric_limits<double>::infinity()});
+    }
+    durations.metric.push_back(std::move(m));
+  }
+  prometheus::MetricFamily folded{"stormwatch_series_folded_total", kFoldedHelp,
+                                  prometheus::MetricType::Counter, {}};
+  for (size_t f = 0; f < folded_.size(); ++f) {
+    ClientMetric m;
+    m.label = {{"metric", f < kClientFamilyCount ? kClientFamilyNames[f] : kExemptFamilyName}};
+    m.counter.value = static_cast<double>(folded_[f]);
+    folded.metric.push_back(std::move(m));
+  }
   // As prometheus-cpp's families: none without series.
-  for (prometheus::MetricFamily* f : {&requests, &bytes, &apf}) {
+  for (prometheus::MetricFamily* f : {&requests, &bytes, &apf, &durations, &folded}) {
     if (!f->metric.empty()) out.push_back(std::move(*f));
   }
 }
@@ -175,11 +210,6 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                                "protobuf, other) and result (object, partial: cut before the "
                                "facts, not_object: Status or List, unreadable).")
                          .Register(*registry_);
-  duration_ = &prometheus::BuildHistogram()
-                   .Name("stormwatch_request_duration_seconds")
-                   .Help("Time from decoded request headers to the handler's end, by verb and "
-                         "resource (as apiserver_request_duration_seconds).")
-                   .Register(*registry_);
   storm_active_ = &prometheus::BuildGauge()
                        .Name("stormwatch_storm_active")
                        .Help("1 while a storm is firing for this client and resource; severity as in its alert.")
@@ -261,20 +291,13 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                         .Help("Distinct client label values with series in a metric family (at "
                               "most the client limit, plus other).")
                         .Register(*registry_);
-  series_folded_ = &prometheus::BuildCounter()
-                        .Name("stormwatch_series_folded_total")
-                        .Help("Observations counted under client=\"other\" because the client "
-                              "had no series of its own (client limit reached).")
-                        .Register(*registry_);
 
   client_families_ = {nullptr, nullptr, lists_, nullptr, throttled_, watches_,
                       etcd_requests_, etcd_range_keys_, etcd_range_bytes_, etcd_stream_messages_};
   for (size_t f = 0; f < kClientFamilyCount; ++f) {
     client_series_gauges_[f] = &client_series_->Add({{"metric", kClientFamilyNames[f]}});
-    folded_counters_[f] = &series_folded_->Add({{"metric", kClientFamilyNames[f]}});
   }
   exempt_series_gauge_ = &client_series_->Add({{"metric", kExemptFamilyName}});
-  exempt_folded_ = &series_folded_->Add({{"metric", kExemptFamilyName}});
 }
 
 const std::string& PrometheusExporter::Key(std::initializer_list<std::string_view> values) {
@@ -295,7 +318,7 @@ prometheus::Counter& PrometheusExporter::ClientCounter(ClientFamily family,
                                                        const ClientName& client, bool admitted,
                                                        const std::string& key,
                                                        MakeLabels make_labels) {
-  if (!admitted) folded_counters_[family]->Increment();
+  if (!admitted) ++folded_[family];
   return SeriesCounter(family, client, admitted, key, make_labels);
 }
 
@@ -413,23 +436,29 @@ void PrometheusExporter::CountRequest(const RequestObservation& o) {
   if (client.requests.empty()) first_series(kRequests);
   RequestCounts& counts = client.requests[set.series];
   ++counts.requests;
-  if (!admitted) folded_counters_[kRequests]->Increment();
+  if (!admitted) ++folded_[kRequests];
   if (o.response_bytes) {
     if (!client.response_bytes) {
       client.response_bytes = true;
       first_series(kResponseBytes);
     }
     counts.response_bytes += o.response_bytes;
-    if (!admitted) folded_counters_[kResponseBytes]->Increment();
+    if (!admitted) ++folded_[kResponseBytes];
   }
   if (o.apf) {
     if (client.apf.empty()) first_series(kApf);
     ++client.apf[set.apf];
-    if (!admitted) folded_counters_[kApf]->Increment();
+    if (!admitted) ++folded_[kApf];
   }
   if (o.duration_s >= 0) {
-    if (!set.duration) set.duration = &DurationHistogram(l.verb, l.group, l.resource);
-    set.duration->Observe(o.duration_s);
+    if (set.duration == kNoDuration) set.duration = DurationOf(l.verb, l.group, l.resource);
+    DurationCounts& d = durations_[set.duration];
+    // The first bucket whose bound is at least the duration (le: less or equal), else +Inf.
+    ++d.buckets[std::lower_bound(std::begin(kDurationBuckets), std::end(kDurationBuckets),
+                                 o.duration_s) -
+                std::begin(kDurationBuckets)];
+    ++d.count;
+    d.sum += o.duration_s;
   }
 }
 
@@ -516,7 +545,7 @@ void PrometheusExporter::CountExemptClientRequests(const std::string& client,
   bool restarted = since_ns != s.since_ns || cumulative < s.cumulative;
   uint64_t delta = restarted ? cumulative : cumulative - s.cumulative;
   if (delta) s.counter->Increment(static_cast<double>(delta));
-  if (delta && !s.own) exempt_folded_->Increment(static_cast<double>(delta));
+  if (!s.own) folded_[kClientFamilyCount] += delta;
   s.cumulative = cumulative;
   s.since_ns = since_ns;
   s.seen_ns = std::max(s.seen_ns, seen_ns);
@@ -612,24 +641,17 @@ void PrometheusExporter::ObserveEtcdDuration(std::string_view method, std::strin
   it->second->Observe(seconds);
 }
 
-prometheus::Histogram& PrometheusExporter::DurationHistogram(std::string_view verb,
-                                                             std::string_view group,
-                                                             std::string_view resource) {
-  // apiserver_request_duration_seconds' buckets, so the two line up.
-  static const prometheus::Histogram::BucketBoundaries kBuckets = {
-      0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3,
-      4,     5,     6,    8,   10,  15,  20,  30,  45,  60};
-  const std::string& key = Key({verb, group, resource});
-  auto it = duration_cache_.find(key);
-  if (it == duration_cache_.end()) {
-    it = duration_cache_
-             .emplace(key, &duration_->Add({{"verb", std::string(verb)},
-                                            {"group", std::string(group)},
-                                            {"resource", std::string(resource)}},
-                                           kBuckets))
-             .first;
+uint32_t PrometheusExporter::DurationOf(std::string_view verb, std::string_view group,
+                                        std::string_view resource) {
+  auto [it, fresh] = duration_ids_.try_emplace(Key({verb, group, resource}),
+                                               static_cast<uint32_t>(durations_.size()));
+  if (fresh) {
+    durations_.push_back({{std::string(group), std::string(resource), std::string(verb)},
+                          std::vector<uint64_t>(std::size(kDurationBuckets) + 1),
+                          0,
+                          0});
   }
-  return *it->second;
+  return it->second;
 }
 
 void PrometheusExporter::SetStormActive(const std::map<std::string, std::string>& labels,

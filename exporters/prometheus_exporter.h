@@ -166,7 +166,16 @@ class PrometheusExporter {
   struct RequestLabelSet {
     uint32_t series = 0;  // index in request_series_
     uint32_t apf = 0;     // index in apf_series_
-    prometheus::Histogram* duration = nullptr;  // null until observed; never removed
+    uint32_t duration = kNoDuration;  // index in durations_; kNoDuration until observed
+  };
+  static constexpr uint32_t kNoDuration = UINT32_MAX;
+  // stormwatch_request_duration_seconds of one (verb, group, resource), counted here as the
+  // request families are (no client label: never removed).
+  struct DurationCounts {
+    std::array<std::string, 3> labels;  // group, resource, verb: sorted by name
+    std::vector<uint64_t> buckets;      // per bucket, +Inf last; not cumulative
+    uint64_t count = 0;
+    double sum = 0;
   };
   // A client's counts in one label set of stormwatch_requests_total (and its bytes).
   struct RequestCounts {
@@ -196,9 +205,8 @@ class PrometheusExporter {
                                      const std::string& key, MakeLabels make_labels);
   // The entry of `client` (or of "other" when not admitted), made when missing.
   ClientCounters& ClientEntry(const ClientName& client, bool admitted);
-  // stormwatch_request_duration_seconds' histogram of (verb, group, resource).
-  prometheus::Histogram& DurationHistogram(std::string_view verb, std::string_view group,
-                                           std::string_view resource);
+  // The index in durations_ of (verb, group, resource)'s histogram, made on first use.
+  uint32_t DurationOf(std::string_view verb, std::string_view group, std::string_view resource);
   void EndClientSeries(const std::string& client);
   // The interned label set of a request (made on first use); under mu_.
   RequestLabelSet& LabelSetOf(const RequestObservation& o);
@@ -228,7 +236,6 @@ class PrometheusExporter {
   std::map<std::string, uint64_t> etcd_links_seen_;
   prometheus::Family<prometheus::Counter>* identity_cache_;
   std::map<std::string, uint64_t> identity_cache_seen_;
-  prometheus::Family<prometheus::Histogram>* duration_;
   prometheus::Family<prometheus::Gauge>* storm_active_;
   prometheus::Family<prometheus::Counter>* storms_total_;
   prometheus::Family<prometheus::Counter>* capture_loss_;
@@ -246,7 +253,6 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Counter>* watches_;
   prometheus::Family<prometheus::Histogram>* watch_duration_;
   prometheus::Family<prometheus::Gauge>* client_series_;
-  prometheus::Family<prometheus::Counter>* series_folded_;
 
   mutable std::mutex mu_;  // Collect() reads the request counts under it
   std::string key_;  // Key()'s buffer
@@ -256,7 +262,9 @@ class PrometheusExporter {
   std::array<prometheus::Family<prometheus::Counter>*, kClientFamilyCount> client_families_;
   std::array<size_t, kClientFamilyCount> clients_per_family_{};
   std::array<prometheus::Gauge*, kClientFamilyCount> client_series_gauges_;
-  std::array<prometheus::Counter*, kClientFamilyCount> folded_counters_;
+  // stormwatch_series_folded_total per client family, then the exempt family's: plain counts
+  // (CountRequest adds to them for most requests when clients are many), collected as counters.
+  std::array<uint64_t, kClientFamilyCount + 1> folded_{};
   const ClientName other_{kOtherClient};  // client="other" and its key
   absl::flat_hash_map<uint64_t, ClientCounters> client_counters_;  // by ClientName::key
   // The entry ClientEntry found last (a request counts in several families). Entries move
@@ -272,7 +280,8 @@ class PrometheusExporter {
   absl::flat_hash_map<std::string, uint32_t> apf_series_ids_;  // by Key() of the pair
   std::vector<std::pair<std::string, std::string>> apf_series_;  // priority_level, flow_schema
   // Histogram handles per label set: Family::Add hashes a std::map on every call.
-  absl::flat_hash_map<std::string, prometheus::Histogram*> duration_cache_;
+  std::vector<DurationCounts> durations_;
+  absl::flat_hash_map<std::string, uint32_t> duration_ids_;  // by Key() of verb, group, resource
   absl::flat_hash_map<std::string, prometheus::Histogram*> etcd_duration_cache_;
   absl::flat_hash_map<std::string, prometheus::Histogram*> watch_duration_cache_;
   absl::flat_hash_map<std::string, prometheus::Histogram*> retry_after_cache_;
@@ -289,7 +298,6 @@ class PrometheusExporter {
   std::map<std::string, size_t> exempt_clients_;  // clients with series of their own: how many
   std::map<std::string, prometheus::Counter*> exempt_other_;  // by reason
   prometheus::Gauge* exempt_series_gauge_;
-  prometheus::Counter* exempt_folded_;
   // Storm gauges at 0, by labels: when their storm resolved, as of the first Compact after.
   std::map<Labels, std::optional<int64_t>> resolved_storms_;
   std::map<std::string, uint64_t> loss_seen_, hits_seen_, evictions_seen_, alertmanager_seen_;

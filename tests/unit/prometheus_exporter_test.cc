@@ -272,6 +272,13 @@ TEST(PrometheusExporterTest, RequestFamiliesKeepTheirOwnLabelSetsPerClient) {
   EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_response_bytes_total"} 1)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_apf_requests_total"} 1)")) << m;
   EXPECT_TRUE(Has(m, "# TYPE stormwatch_requests_total counter")) << m;
+  // The duration histogram is the exporter's too: every request of (GET, pods) in it, in the
+  // 0.025 s bucket (le: less or equal) and all the ones above, +Inf last.
+  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_bucket{group="",resource="pods",verb="GET",le="0.005"} 0)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_bucket{group="",resource="pods",verb="GET",le="0.025"} 4)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_bucket{group="",resource="pods",verb="GET",le="+Inf"} 4)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_count{group="",resource="pods",verb="GET"} 4)")) << m;
+  EXPECT_TRUE(Has(m, "# TYPE stormwatch_request_duration_seconds histogram")) << m;
 
   e.Compact(60 * kSec);
   e.CountRequest({Get(kBob, k200), 0, false, "", "", 0.01});
