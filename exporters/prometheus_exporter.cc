@@ -64,17 +64,50 @@ PrometheusExporter::~PrometheusExporter() {
   if (http_) mg_stop(http_);  // joins its threads: no scrape runs past this
 }
 
-std::vector<prometheus::MetricFamily> PrometheusExporter::Collect() const {
-  std::vector<prometheus::MetricFamily> families;
-  {
-    std::lock_guard lock(mu_);
-    CollectRequestFamilies(families);
+struct PrometheusExporter::CountsSnapshot {
+  struct Requests {
+    uint32_t client, series;  // indices in clients, series
+    RequestCounts counts;
+  };
+  struct Apf {
+    uint32_t client, apf;  // indices in clients, apf_series
+    uint64_t count;
+  };
+  std::vector<std::string> clients;  // labels
+  std::vector<RequestSeriesLabels> series;
+  std::vector<std::pair<std::string, std::string>> apf_series;
+  std::vector<Requests> requests;
+  std::vector<Apf> apf;
+  std::vector<DurationCounts> durations;
+  std::array<uint64_t, kClientFamilyCount + 1> folded{};
+};
+
+PrometheusExporter::CountsSnapshot PrometheusExporter::SnapshotCounts() const {
+  CountsSnapshot c;
+  std::lock_guard lock(mu_);
+  c.clients.reserve(client_counters_.size());
+  size_t requests = 0, apf = 0;
+  for (const auto& [key, client] : client_counters_) {
+    requests += client.requests.size();
+    apf += client.apf.size();
   }
-  for (auto& f : registry_->Collect()) families.push_back(std::move(f));
-  return families;
+  c.requests.reserve(requests);
+  c.apf.reserve(apf);
+  for (const auto& [key, client] : client_counters_) {
+    const auto index = static_cast<uint32_t>(c.clients.size());
+    c.clients.push_back(client.label);
+    for (const auto& [series, counts] : client.requests) c.requests.push_back({index, series, counts});
+    for (const auto& [series, count] : client.apf) c.apf.push_back({index, series, count});
+  }
+  c.series = request_series_;
+  c.apf_series = apf_series_;
+  c.durations = durations_;
+  c.folded = folded_;
+  return c;
 }
 
-void PrometheusExporter::CollectRequestFamilies(std::vector<prometheus::MetricFamily>& out) const {
+void PrometheusExporter::AppendFamilies(const CountsSnapshot& c,
+                                        std::vector<prometheus::MetricFamily>& out) {
   using prometheus::ClientMetric;
   prometheus::MetricFamily requests{"stormwatch_requests_total", kRequestsHelp,
                                     prometheus::MetricType::Counter, {}};
@@ -82,33 +115,32 @@ void PrometheusExporter::CollectRequestFamilies(std::vector<prometheus::MetricFa
                                  prometheus::MetricType::Counter, {}};
   prometheus::MetricFamily apf{"stormwatch_apf_requests_total", kApfHelp,
                                prometheus::MetricType::Counter, {}};
-  for (const auto& [key, client] : client_counters_) {
-    for (const auto& [series, counts] : client.requests) {
-      ClientMetric m;
-      m.label.reserve(1 + std::size(kRequestLabelNames));
-      m.label.push_back({"client", client.label});
-      for (size_t i = 0; i < std::size(kRequestLabelNames); ++i) {
-        m.label.push_back({kRequestLabelNames[i], request_series_[series][i]});
-      }
-      if (counts.response_bytes) {
-        bytes.metric.push_back(m);
-        bytes.metric.back().counter.value = static_cast<double>(counts.response_bytes);
-      }
-      m.counter.value = static_cast<double>(counts.requests);
-      requests.metric.push_back(std::move(m));
+  requests.metric.reserve(c.requests.size());
+  for (const CountsSnapshot::Requests& r : c.requests) {
+    ClientMetric m;
+    m.label.reserve(1 + std::size(kRequestLabelNames));
+    m.label.push_back({"client", c.clients[r.client]});
+    for (size_t i = 0; i < std::size(kRequestLabelNames); ++i) {
+      m.label.push_back({kRequestLabelNames[i], c.series[r.series][i]});
     }
-    for (const auto& [series, count] : client.apf) {
-      ClientMetric m;
-      m.label = {{"client", client.label},
-                 {"flow_schema", OrUnknown(apf_series_[series].second)},
-                 {"priority_level", OrUnknown(apf_series_[series].first)}};
-      m.counter.value = static_cast<double>(count);
-      apf.metric.push_back(std::move(m));
+    if (r.counts.response_bytes) {
+      bytes.metric.push_back(m);
+      bytes.metric.back().counter.value = static_cast<double>(r.counts.response_bytes);
     }
+    m.counter.value = static_cast<double>(r.counts.requests);
+    requests.metric.push_back(std::move(m));
+  }
+  for (const CountsSnapshot::Apf& a : c.apf) {
+    ClientMetric m;
+    m.label = {{"client", c.clients[a.client]},
+               {"flow_schema", OrUnknown(c.apf_series[a.apf].second)},
+               {"priority_level", OrUnknown(c.apf_series[a.apf].first)}};
+    m.counter.value = static_cast<double>(a.count);
+    apf.metric.push_back(std::move(m));
   }
   prometheus::MetricFamily durations{"stormwatch_request_duration_seconds", kDurationHelp,
                                      prometheus::MetricType::Histogram, {}};
-  for (const DurationCounts& d : durations_) {
+  for (const DurationCounts& d : c.durations) {
     ClientMetric m;
     m.label = {{"group", d.labels[0]}, {"resource", d.labels[1]}, {"verb", d.labels[2]}};
     m.histogram.sample_count = d.count;
@@ -124,16 +156,23 @@ void PrometheusExporter::CollectRequestFamilies(std::vector<prometheus::MetricFa
   }
   prometheus::MetricFamily folded{"stormwatch_series_folded_total", kFoldedHelp,
                                   prometheus::MetricType::Counter, {}};
-  for (size_t f = 0; f < folded_.size(); ++f) {
+  for (size_t f = 0; f < c.folded.size(); ++f) {
     ClientMetric m;
     m.label = {{"metric", f < kClientFamilyCount ? kClientFamilyNames[f] : kExemptFamilyName}};
-    m.counter.value = static_cast<double>(folded_[f]);
+    m.counter.value = static_cast<double>(c.folded[f]);
     folded.metric.push_back(std::move(m));
   }
   // As prometheus-cpp's families: none without series.
   for (prometheus::MetricFamily* f : {&requests, &bytes, &apf, &durations, &folded}) {
     if (!f->metric.empty()) out.push_back(std::move(*f));
   }
+}
+
+std::vector<prometheus::MetricFamily> PrometheusExporter::Collect() const {
+  std::vector<prometheus::MetricFamily> families;
+  AppendFamilies(SnapshotCounts(), families);
+  for (auto& f : registry_->Collect()) families.push_back(std::move(f));
+  return families;
 }
 
 std::string PrometheusExporter::Scrape() const {

@@ -210,8 +210,12 @@ class PrometheusExporter {
   void EndClientSeries(const std::string& client);
   // The interned label set of a request (made on first use); under mu_.
   RequestLabelSet& LabelSetOf(const RequestObservation& o);
-  // The request families' series from client_counters_ (held under mu_).
-  void CollectRequestFamilies(std::vector<prometheus::MetricFamily>& out) const;
+  // The counts of the families counted here, copied under mu_ (a scrape holds the lock only
+  // while it copies numbers: the drain waits that long), and the families made from them
+  // (labels and strings, without the lock).
+  struct CountsSnapshot;
+  CountsSnapshot SnapshotCounts() const;
+  static void AppendFamilies(const CountsSnapshot& counts, std::vector<prometheus::MetricFamily>& out);
   // `values` joined by \x1f into key_ (reused: no allocation per request); under mu_.
   const std::string& Key(std::initializer_list<std::string_view> values);
   void AddCumulative(prometheus::Family<prometheus::Counter>& family,

@@ -20,6 +20,9 @@
 
 #include <time.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -28,6 +31,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <prometheus/text_serializer.h>
 #include <variant>
 #include <vector>
 #include <random>
@@ -870,6 +874,75 @@ void BM_ObjectFacts(benchmark::State& state) {
   state.SetLabel("4 KB of a Deployment (managedFields, spec), typed JSON");
 }
 
+// A scrape of a full exporter: 500 clients with their own series plus "other", 200 request
+// label sets each (20 resources x 5 verbs x 2 codes), so 100,200 stormwatch_requests_total
+// series and as many of response bytes, 1,002 APF series. A scrape holds the exporter's lock
+// while it copies the counts of the families the exporter keeps (the drain waits for that); it
+// makes their series, the registry's families and the text without it. Printed: ms per
+// Collect() (all families, no text), the text's size, and the longest a thread counting
+// requests meanwhile (the drain) waited for one count.
+void BM_ScrapeFullExporter(benchmark::State& state) {
+  PrometheusExporter exporter(ClientSeriesLimits{.max_clients = 500, .idle_s = 600});
+  const char* verbs[] = {"GET", "LIST", "UPDATE", "PATCH", "WATCH"};
+  const char* codes[] = {"200", "409"};
+  std::vector<std::string> clients, resources;
+  for (int c = 0; c <= 500; ++c) clients.push_back("system:serviceaccount:ns" + std::to_string(c) + ":sa");
+  for (int r = 0; r < 20; ++r) resources.push_back("resource" + std::to_string(r));
+  for (const std::string& client : clients) {
+    for (const std::string& resource : resources) {
+      for (const char* verb : verbs) {
+        for (const char* code : codes) {
+          RequestObservation o;
+          o.labels = {client, verb, "apps", "v1", resource, "", "namespace", code};
+          o.response_bytes = 1000;
+          o.apf = true;
+          o.priority_level = "workload-low";
+          o.flow_schema = "service-accounts";
+          o.duration_s = 0.01;
+          exporter.CountRequest(o);
+        }
+      }
+    }
+  }
+  // The drain's side: a thread counting requests throughout, its longest wait for one count.
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> longest_count_ns{0};
+  std::thread drain([&] {
+    RequestObservation o;
+    o.labels = {clients[0], "GET", "apps", "v1", resources[0], "", "namespace", "200"};
+    o.duration_s = 0.01;
+    while (!stop.load(std::memory_order_relaxed)) {
+      const auto start = std::chrono::steady_clock::now();
+      exporter.CountRequest(o);
+      const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - start).count();
+      if (ns > longest_count_ns.load(std::memory_order_relaxed)) longest_count_ns.store(ns);
+    }
+  });
+  double collect_ns = 0, text_bytes = 0;
+  uint64_t scrapes = 0;
+  for (auto _ : state) {
+    const double start = ThreadCpuNs();
+    std::vector<prometheus::MetricFamily> families = exporter.Collect();
+    collect_ns += ThreadCpuNs() - start;
+    text_bytes = static_cast<double>(prometheus::TextSerializer().Serialize(families).size());
+    ++scrapes;
+  }
+  stop = true;
+  drain.join();
+  state.counters["longest_count_wait_ms"] = static_cast<double>(longest_count_ns.load()) / 1e6;
+  const std::string text = exporter.Scrape();
+  size_t request_series = 0;
+  for (size_t at = text.find("\nstormwatch_requests_total{"); at != std::string::npos;
+       at = text.find("\nstormwatch_requests_total{", at + 1)) {
+    ++request_series;
+  }
+  if (request_series != 501 * 200) state.SkipWithError("not every request series was scraped");
+  state.counters["collect_ms"] = collect_ns / 1e6 / static_cast<double>(scrapes);
+  state.counters["text_MB"] = text_bytes / 1e6;
+  state.SetLabel("100,200 request series of 501 clients; collect_ms: Collect() alone (registry included)");
+}
+
 // 1.1M records (1M requests + 100k etcd calls) each; the smoke run in CI uses the same file.
 BENCHMARK(BM_ReplayFile)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_Pipeline)
@@ -886,6 +959,7 @@ BENCHMARK(BM_PipelineParts)
     ->Iterations(1);
 BENCHMARK(BM_PipelineFromEvents)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_ObjectFacts);
+BENCHMARK(BM_ScrapeFullExporter)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_IdentityResolve)->Arg(1)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
