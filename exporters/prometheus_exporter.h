@@ -75,18 +75,19 @@ class PrometheusExporter {
 
   // What a scrape of /metrics returns: Collect(), then the agent's process_* series.
   std::string Scrape() const;
-  // Every stormwatch_* family with series: the request families this exporter counts itself
-  // (CountRequest), then prometheus-cpp's registry.
+  // Every stormwatch_* family with series: those this exporter counts itself (CountRequest's
+  // families, stormwatch_series_folded_total), then prometheus-cpp's registry.
   std::vector<prometheus::MetricFamily> Collect() const;
   // stormwatch_build_info{version, commit, libbpf, kernel} 1.
   void SetBuildInfo(const std::map<std::string, std::string>& labels);
 
   // One lock, one client decision and one lookup per request. stormwatch_requests_total,
-  // stormwatch_response_bytes_total and stormwatch_apf_requests_total are counted here, not by
-  // prometheus-cpp: their label sets are interned once (RequestLabelSet), each client keeps
-  // plain counts per label set, and Collect() makes the series. A prometheus-cpp series per
-  // (client, label set) cost a std::map of labels, a hash of it and an allocation, and many
-  // clients make series all the time.
+  // stormwatch_response_bytes_total, stormwatch_apf_requests_total and
+  // stormwatch_request_duration_seconds are counted here, not by prometheus-cpp: their label
+  // sets are interned once (RequestLabelSet), each client keeps plain counts per label set,
+  // and Collect() makes the series. A prometheus-cpp series per (client, label set) cost a
+  // std::map of labels, a hash of it and an allocation, and many clients make series all the
+  // time.
   void CountRequest(const RequestObservation& request);
   void CountRequest(const RequestLabels& labels, uint64_t response_bytes) {
     RequestObservation request;
@@ -258,7 +259,7 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Histogram>* watch_duration_;
   prometheus::Family<prometheus::Gauge>* client_series_;
 
-  mutable std::mutex mu_;  // Collect() reads the request counts under it
+  mutable std::mutex mu_;  // SnapshotCounts() copies the counts kept here under it
   std::string key_;  // Key()'s buffer
   ClientCap cap_;
   int64_t idle_ns_;
@@ -283,9 +284,9 @@ class PrometheusExporter {
   std::vector<RequestSeriesLabels> request_series_;
   absl::flat_hash_map<std::string, uint32_t> apf_series_ids_;  // by Key() of the pair
   std::vector<std::pair<std::string, std::string>> apf_series_;  // priority_level, flow_schema
-  // Histogram handles per label set: Family::Add hashes a std::map on every call.
   std::vector<DurationCounts> durations_;
   absl::flat_hash_map<std::string, uint32_t> duration_ids_;  // by Key() of verb, group, resource
+  // Histogram handles per label set: Family::Add hashes a std::map on every call.
   absl::flat_hash_map<std::string, prometheus::Histogram*> etcd_duration_cache_;
   absl::flat_hash_map<std::string, prometheus::Histogram*> watch_duration_cache_;
   absl::flat_hash_map<std::string, prometheus::Histogram*> retry_after_cache_;
