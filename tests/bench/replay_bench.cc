@@ -12,7 +12,8 @@
 // does, at the ring buffer's bytes: each request's two HTTP/2 events decoded and joined, its
 // token resolved, its write body read, then as BM_Pipeline (/0: the events read in place from
 // a 1.5 GB arena; /1: each batch staged just before the drain reads it; /2: the same requests
-// as HTTP/1.1 over TLS, staged as /1).
+// as HTTP/1.1 over TLS, staged as /1). BM_ScrapeFullExporter times a scrape of 100,200 request
+// series and how long the drain waits for the exporter's lock meanwhile.
 #include <benchmark/benchmark.h>
 #include <sodium.h>
 #include <unistd.h>
