@@ -45,6 +45,39 @@ constexpr double kDurationBuckets[] = {0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0
 constexpr const char* kRequestLabelNames[] = {"code",  "group", "resource", "scope",
                                               "subresource", "verb", "version"};
 
+// The other client families, counted here as well (ClientCount), by ClientFamily: help and the
+// label names but the client, sorted by name ("client" sorts before every one of them).
+struct ClientFamilyText {
+  const char* help;
+  std::vector<const char*> labels;
+};
+const ClientFamilyText& ClientFamilyTextOf(size_t family) {
+  static const ClientFamilyText kTexts[] = {
+      {kRequestsHelp, {}},       // kRequests: CountRequest's own
+      {kResponseBytesHelp, {}},  // kResponseBytes: CountRequest's own
+      {"LIST requests by client and cost shape: consistency (consistent reads go to etcd; any = "
+       "resourceVersion=0 from the watch cache) and pagination.",
+       {"consistency", "group", "paginated", "resource", "scope"}},
+      {kApfHelp, {}},  // kApf: CountRequest's own
+      {"Requests rejected with 429 Too Many Requests, by client and priority level.",
+       {"priority_level"}},
+      {"Finished WATCH requests, by client and resource, and whether they were streaming LISTs "
+       "(sendInitialEvents).",
+       {"group", "resource", "send_initial_events"}},
+      {"gRPC calls etcd served, by method, the resource of the key (kube-apiserver's /registry "
+       "layout), client (certificate CN) and gRPC code (as grpc_server_handled_total's "
+       "grpc_code).",
+       {"code", "method", "resource"}},
+      {"Keys etcd Range calls returned, by resource and client.", {"resource"}},
+      {"Key and value bytes etcd Range calls returned, by resource and client.", {"resource"}},
+      {"Messages on open etcd streams, seen where etcd handles them: watch_create (by the watched "
+       "key's resource), watch_cancel, lease_keepalive, by the stream's client (certificate CN).",
+       {"message", "method", "resource"}},
+  };
+  static_assert(std::size(kTexts) == std::size(kClientFamilyNames));
+  return kTexts[family];
+}
+
 std::string OrUnknown(std::string_view value) { return value.empty() ? "unknown" : std::string(value); }
 
 }  // namespace
@@ -73,11 +106,18 @@ struct PrometheusExporter::CountsSnapshot {
     uint32_t client, apf;  // indices in clients, apf_series
     uint64_t count;
   };
+  struct Count {
+    uint32_t client, set;  // indices in clients, the family's label sets
+    uint64_t count;
+  };
   std::vector<std::string> clients;  // labels
   std::vector<RequestSeriesLabels> series;
   std::vector<std::pair<std::string, std::string>> apf_series;
   std::vector<Requests> requests;
   std::vector<Apf> apf;
+  // The other client families', by ClientFamily (empty for the request families).
+  std::array<std::vector<Count>, kClientFamilyCount> counts;
+  std::array<std::vector<std::vector<std::string>>, kClientFamilyCount> label_sets;
   std::vector<DurationCounts> durations;
   std::array<uint64_t, kClientFamilyCount + 1> folded{};
 };
@@ -98,7 +138,11 @@ PrometheusExporter::CountsSnapshot PrometheusExporter::SnapshotCounts() const {
     c.clients.push_back(client.label);
     for (const auto& [series, counts] : client.requests) c.requests.push_back({index, series, counts});
     for (const auto& [series, count] : client.apf) c.apf.push_back({index, series, count});
+    for (size_t f = 0; f < kClientFamilyCount; ++f) {
+      for (const auto& [set, count] : client.counts[f]) c.counts[f].push_back({index, set, count});
+    }
   }
+  for (size_t f = 0; f < kClientFamilyCount; ++f) c.label_sets[f] = family_label_sets_[f].values;
   c.series = request_series_;
   c.apf_series = apf_series_;
   c.durations = durations_;
@@ -138,6 +182,25 @@ void PrometheusExporter::AppendFamilies(const CountsSnapshot& c,
     m.counter.value = static_cast<double>(a.count);
     apf.metric.push_back(std::move(m));
   }
+  std::vector<prometheus::MetricFamily> others;
+  for (size_t f = 0; f < kClientFamilyCount; ++f) {
+    if (c.counts[f].empty()) continue;
+    const ClientFamilyText& text = ClientFamilyTextOf(f);
+    prometheus::MetricFamily family{kClientFamilyNames[f], text.help,
+                                    prometheus::MetricType::Counter, {}};
+    family.metric.reserve(c.counts[f].size());
+    for (const CountsSnapshot::Count& n : c.counts[f]) {
+      ClientMetric m;
+      m.label.reserve(1 + text.labels.size());
+      m.label.push_back({"client", c.clients[n.client]});
+      for (size_t i = 0; i < text.labels.size(); ++i) {
+        m.label.push_back({text.labels[i], c.label_sets[f][n.set][i]});
+      }
+      m.counter.value = static_cast<double>(n.count);
+      family.metric.push_back(std::move(m));
+    }
+    others.push_back(std::move(family));
+  }
   prometheus::MetricFamily durations{"stormwatch_request_duration_seconds", kDurationHelp,
                                      prometheus::MetricType::Histogram, {}};
   for (const DurationCounts& d : c.durations) {
@@ -166,6 +229,7 @@ void PrometheusExporter::AppendFamilies(const CountsSnapshot& c,
   for (prometheus::MetricFamily* f : {&requests, &bytes, &apf, &durations, &folded}) {
     if (!f->metric.empty()) out.push_back(std::move(*f));
   }
+  for (prometheus::MetricFamily& f : others) out.push_back(std::move(f));
 }
 
 std::vector<prometheus::MetricFamily> PrometheusExporter::Collect() const {
@@ -200,32 +264,6 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
       process_(std::make_shared<ProcessCollector>()),
       cap_(limits.max_clients, int64_t{limits.idle_s} * 1'000'000'000),
       idle_ns_(int64_t{limits.idle_s} * 1'000'000'000) {
-  lists_ = &prometheus::BuildCounter()
-                .Name("stormwatch_list_requests_total")
-                .Help("LIST requests by client and cost shape: consistency (consistent reads go "
-                      "to etcd; any = resourceVersion=0 from the watch cache) and pagination.")
-                .Register(*registry_);
-  etcd_requests_ = &prometheus::BuildCounter()
-                        .Name("stormwatch_etcd_requests_total")
-                        .Help("gRPC calls etcd served, by method, the resource of the key "
-                              "(kube-apiserver's /registry layout), client (certificate CN) and "
-                              "gRPC code (as grpc_server_handled_total's grpc_code).")
-                        .Register(*registry_);
-  etcd_range_keys_ = &prometheus::BuildCounter()
-                          .Name("stormwatch_etcd_range_keys_total")
-                          .Help("Keys etcd Range calls returned, by resource and client.")
-                          .Register(*registry_);
-  etcd_range_bytes_ = &prometheus::BuildCounter()
-                           .Name("stormwatch_etcd_range_bytes_total")
-                           .Help("Key and value bytes etcd Range calls returned, by resource and "
-                                 "client.")
-                           .Register(*registry_);
-  etcd_stream_messages_ = &prometheus::BuildCounter()
-                              .Name("stormwatch_etcd_stream_messages_total")
-                              .Help("Messages on open etcd streams, seen where etcd handles them: "
-                                    "watch_create (by the watched key's resource), watch_cancel, "
-                                    "lease_keepalive, by the stream's client (certificate CN).")
-                              .Register(*registry_);
   etcd_duration_ = &prometheus::BuildHistogram()
                         .Name("stormwatch_etcd_request_duration_seconds")
                         .Help("Time etcd took for a unary gRPC call, from its interceptor's "
@@ -283,11 +321,6 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                           .Help("Time to plan a target's probes from its binary (ELF, "
                                 "pclntab, Go type data), on the planner thread, by target.")
                           .Register(*registry_);
-  throttled_ = &prometheus::BuildCounter()
-                    .Name("stormwatch_throttled_requests_total")
-                    .Help("Requests rejected with 429 Too Many Requests, by client and priority "
-                          "level.")
-                    .Register(*registry_);
   retry_after_ = &prometheus::BuildHistogram()
                       .Name("stormwatch_retry_after_seconds")
                       .Help("Retry-After of 429 responses, by priority level.")
@@ -316,11 +349,6 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                        .Help("Alert notifications to Alertmanager, by result (sent, failed, "
                              "dropped).")
                        .Register(*registry_);
-  watches_ = &prometheus::BuildCounter()
-                  .Name("stormwatch_watches_total")
-                  .Help("Finished WATCH requests, by client and resource, and whether they were "
-                        "streaming LISTs (sendInitialEvents).")
-                  .Register(*registry_);
   watch_duration_ = &prometheus::BuildHistogram()
                          .Name("stormwatch_watch_duration_seconds")
                          .Help("How long WATCH requests stayed open, by resource.")
@@ -331,8 +359,6 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                               "most the client limit, plus other).")
                         .Register(*registry_);
 
-  client_families_ = {nullptr, nullptr, lists_, nullptr, throttled_, watches_,
-                      etcd_requests_, etcd_range_keys_, etcd_range_bytes_, etcd_stream_messages_};
   for (size_t f = 0; f < kClientFamilyCount; ++f) {
     client_series_gauges_[f] = &client_series_->Add({{"metric", kClientFamilyNames[f]}});
   }
@@ -352,31 +378,19 @@ const std::string& PrometheusExporter::Key(std::initializer_list<std::string_vie
   return key_;
 }
 
-template <typename MakeLabels>
-prometheus::Counter& PrometheusExporter::ClientCounter(ClientFamily family,
-                                                       const ClientName& client, bool admitted,
-                                                       const std::string& key,
-                                                       MakeLabels make_labels) {
+template <typename MakeValues>
+uint64_t& PrometheusExporter::ClientCount(ClientFamily family, const ClientName& client,
+                                          bool admitted, const std::string& key,
+                                          MakeValues make_values) {
   if (!admitted) ++folded_[family];
-  return SeriesCounter(family, client, admitted, key, make_labels);
-}
-
-template <typename MakeLabels>
-prometheus::Counter& PrometheusExporter::SeriesCounter(ClientFamily family,
-                                                       const ClientName& client, bool admitted,
-                                                       const std::string& key,
-                                                       MakeLabels make_labels) {
-  auto& counters = ClientEntry(client, admitted).by_family[family];
-  auto it = counters.find(key);
-  if (it == counters.end()) {
-    if (counters.empty()) {
-      client_series_gauges_[family]->Set(static_cast<double>(++clients_per_family_[family]));
-    }
-    Labels labels = make_labels();
-    labels["client"] = std::string(admitted ? client.label : other_.label);
-    it = counters.emplace(key, &client_families_[family]->Add(labels)).first;
+  FamilyLabelSets& sets = family_label_sets_[family];
+  auto [set, fresh] = sets.ids.try_emplace(key, static_cast<uint32_t>(sets.values.size()));
+  if (fresh) sets.values.push_back(make_values());
+  auto& counts = ClientEntry(client, admitted).counts[family];
+  if (counts.empty()) {
+    client_series_gauges_[family]->Set(static_cast<double>(++clients_per_family_[family]));
   }
-  return *it->second;
+  return counts[set->second];
 }
 
 PrometheusExporter::ClientCounters& PrometheusExporter::ClientEntry(const ClientName& client,
@@ -399,10 +413,8 @@ void PrometheusExporter::EndClientSeries(const std::string& client) {
     const bool had_series = f == kRequests        ? !c.requests.empty()
                             : f == kResponseBytes ? c.response_bytes
                             : f == kApf           ? !c.apf.empty()
-                                                  : !c.by_family[f].empty();
-    if (!had_series) continue;
-    for (const auto& [key, counter] : c.by_family[f]) client_families_[f]->Remove(counter);
-    client_series_gauges_[f]->Set(static_cast<double>(--clients_per_family_[f]));
+                                                  : !c.counts[f].empty();
+    if (had_series) client_series_gauges_[f]->Set(static_cast<double>(--clients_per_family_[f]));
   }
   client_counters_.erase(it);
   last_client_ = nullptr;
@@ -507,13 +519,10 @@ void PrometheusExporter::CountList(const ClientName& client, std::string_view gr
   std::lock_guard lock(mu_);
   const std::string& key = Key({group, resource, scope, consistency, paginated ? "p" : "u"});
   bool admitted = cap_.Admit(client, /*is_request=*/false);
-  ClientCounter(kLists, client, admitted, key, [&] {
-    return Labels{{"group", std::string(group)},
-                  {"resource", std::string(resource)},
-                  {"scope", std::string(scope)},
-                  {"consistency", std::string(consistency)},
-                  {"paginated", paginated ? "true" : "false"}};
-  }).Increment();
+  ++ClientCount(kLists, client, admitted, key, [&] {
+    return std::vector<std::string>{std::string(consistency), std::string(group), paginated ? "true" : "false",
+              std::string(resource), std::string(scope)};
+  });
 }
 
 void PrometheusExporter::CountThrottled(const ClientName& client, std::string_view priority_level,
@@ -522,9 +531,8 @@ void PrometheusExporter::CountThrottled(const ClientName& client, std::string_vi
   static const prometheus::Histogram::BucketBoundaries kBuckets = {1, 2, 5, 10, 30, 60, 120, 300};
   std::lock_guard lock(mu_);
   bool admitted = cap_.Admit(client, /*is_request=*/false);
-  ClientCounter(kThrottled, client, admitted, Key({priority_level}), [&] {
-    return Labels{{"priority_level", OrUnknown(priority_level)}};
-  }).Increment();
+  ++ClientCount(kThrottled, client, admitted, Key({priority_level}),
+                [&] { return std::vector<std::string>{OrUnknown(priority_level)}; });
   if (retry_after_s < 0) return;
   auto it = retry_after_cache_.find(absl::string_view(priority_level.data(), priority_level.size()));
   if (it == retry_after_cache_.end()) {
@@ -545,11 +553,10 @@ void PrometheusExporter::CountWatch(const ClientName& client, std::string_view g
       1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800};
   std::lock_guard lock(mu_);
   bool admitted = cap_.Admit(client, /*is_request=*/false);
-  ClientCounter(kWatches, client, admitted, Key({group, resource, send_initial_events ? "true" : "false"}), [&] {
-    return Labels{{"group", std::string(group)},
-                  {"resource", std::string(resource)},
-                  {"send_initial_events", send_initial_events ? "true" : "false"}};
-  }).Increment();
+  const char* initial = send_initial_events ? "true" : "false";
+  ++ClientCount(kWatches, client, admitted, Key({group, resource, initial}), [&] {
+    return std::vector<std::string>{std::string(group), std::string(resource), initial};
+  });
   const std::string& resource_key = Key({group, resource});
   auto it = watch_duration_cache_.find(resource_key);
   if (it == watch_duration_cache_.end()) {
@@ -611,10 +618,9 @@ void PrometheusExporter::CountEtcdRequest(std::string_view method, std::string_v
   std::lock_guard lock(mu_);
   const std::string& key = Key({method, resource, code});
   bool admitted = cap_.Admit(client, /*is_request=*/false);
-  ClientCounter(kEtcdRequests, client, admitted, key, [&] {
-    return Labels{{"method", std::string(method)}, {"resource", std::string(resource)},
-                  {"code", std::string(code)}};
-  }).Increment();
+  ++ClientCount(kEtcdRequests, client, admitted, key, [&] {
+    return std::vector<std::string>{std::string(code), std::string(method), std::string(resource)};
+  });
 }
 
 void PrometheusExporter::CountEtcdStreamMessage(std::string_view method, std::string_view message,
@@ -622,20 +628,19 @@ void PrometheusExporter::CountEtcdStreamMessage(std::string_view method, std::st
   std::lock_guard lock(mu_);
   const std::string& key = Key({method, message, resource});
   bool admitted = cap_.Admit(client, /*is_request=*/false);
-  ClientCounter(kEtcdStreamMessages, client, admitted, key, [&] {
-    return Labels{{"method", std::string(method)}, {"message", std::string(message)},
-                  {"resource", std::string(resource)}};
-  }).Increment();
+  ++ClientCount(kEtcdStreamMessages, client, admitted, key, [&] {
+    return std::vector<std::string>{std::string(message), std::string(method), std::string(resource)};
+  });
 }
 
 void PrometheusExporter::CountEtcdRange(std::string_view resource, const ClientName& client,
                                         uint64_t keys, uint64_t bytes) {
   std::lock_guard lock(mu_);
   bool admitted = cap_.Admit(client, /*is_request=*/false);
-  auto labels = [&] { return Labels{{"resource", std::string(resource)}}; };
+  auto values = [&] { return std::vector<std::string>{std::string(resource)}; };
   const std::string& key = Key({resource});
-  ClientCounter(kEtcdRangeKeys, client, admitted, key, labels).Increment(static_cast<double>(keys));
-  ClientCounter(kEtcdRangeBytes, client, admitted, key, labels).Increment(static_cast<double>(bytes));
+  ClientCount(kEtcdRangeKeys, client, admitted, key, values) += keys;
+  ClientCount(kEtcdRangeBytes, client, admitted, key, values) += bytes;
 }
 
 prometheus::Counter& PrometheusExporter::ResponseBodyCounter(std::string_view encoding,

@@ -5,6 +5,12 @@
 // plus client="other" (ClientCap decides who); other labels take values from bounded
 // vocabularies (verbs, codes, the API's resources, APF levels). Storm gauges always name
 // their client: detectors bound how many storms fire.
+//
+// Every family with a `client` label, the request latency histogram and
+// stormwatch_series_folded_total are counted by this exporter itself: label sets interned once,
+// plain counts per client under one lock, series made when scraped. prometheus-cpp keeps the
+// rest (no client label, few series) and writes the text. A prometheus-cpp series per (client,
+// label set) cost a label map, its hash and an allocation each, and clients come and go.
 #pragma once
 
 #include <prometheus/collectable.h>
@@ -75,19 +81,15 @@ class PrometheusExporter {
 
   // What a scrape of /metrics returns: Collect(), then the agent's process_* series.
   std::string Scrape() const;
-  // Every stormwatch_* family with series: those this exporter counts itself (CountRequest's
-  // families, stormwatch_series_folded_total), then prometheus-cpp's registry.
+  // Every stormwatch_* family with series: those this exporter counts itself (see above), then
+  // prometheus-cpp's registry.
   std::vector<prometheus::MetricFamily> Collect() const;
   // stormwatch_build_info{version, commit, libbpf, kernel} 1.
   void SetBuildInfo(const std::map<std::string, std::string>& labels);
 
-  // One lock, one client decision and one lookup per request. stormwatch_requests_total,
-  // stormwatch_response_bytes_total, stormwatch_apf_requests_total and
-  // stormwatch_request_duration_seconds are counted here, not by prometheus-cpp: their label
-  // sets are interned once (RequestLabelSet), each client keeps plain counts per label set,
-  // and Collect() makes the series. A prometheus-cpp series per (client, label set) cost a
-  // std::map of labels, a hash of it and an allocation, and many clients make series all the
-  // time.
+  // One lock, one client decision and one label-set lookup per request: the request
+  // families (requests, response bytes, APF, latency) share one interned label set
+  // (RequestLabelSet), found once per request.
   void CountRequest(const RequestObservation& request);
   void CountRequest(const RequestLabels& labels, uint64_t response_bytes) {
     RequestObservation request;
@@ -183,27 +185,32 @@ class PrometheusExporter {
     uint64_t requests = 0;
     uint64_t response_bytes = 0;  // 0: no stormwatch_response_bytes_total series yet
   };
-  // Per client (or "other"): its label, its counters in each prometheus-cpp client family by
-  // their other labels (a key), and its own request counts by interned label set; all end
-  // with the client's series (EndClientSeries).
+  // The label sets of one of the other client families (lists, throttled, watches, etcd),
+  // interned: the values of its labels but the client, in the order of the family's label
+  // names (kClientFamilyLabels), by index, and the index of each by Key() of its values.
+  struct FamilyLabelSets {
+    absl::flat_hash_map<std::string, uint32_t> ids;
+    std::vector<std::vector<std::string>> values;
+  };
+  // Per client (or "other"): its label, its counts in each of the other client families by
+  // interned label set, and its request counts; all end with the client's series
+  // (EndClientSeries).
   struct ClientCounters {
     std::string label;
-    std::array<absl::flat_hash_map<std::string, prometheus::Counter*>, kClientFamilyCount> by_family;
+    std::array<absl::flat_hash_map<uint32_t, uint64_t>, kClientFamilyCount> counts;
     absl::flat_hash_map<uint32_t, RequestCounts> requests;  // by index in request_series_
     absl::flat_hash_map<uint32_t, uint64_t> apf;            // by index in apf_series_
     bool response_bytes = false;  // some label set has bytes counted
   };
   using Labels = std::map<std::string, std::string>;
 
-  // The counter of `client` (or of "other" when it is not admitted) in `family`; `labels`
-  // (without client) are only built when the series is new. Counts a folded observation.
-  template <typename MakeLabels>
-  prometheus::Counter& ClientCounter(ClientFamily family, const ClientName& client, bool admitted,
-                                     const std::string& key, MakeLabels make_labels);
-  // The same counter, found without counting anything.
-  template <typename MakeLabels>
-  prometheus::Counter& SeriesCounter(ClientFamily family, const ClientName& client, bool admitted,
-                                     const std::string& key, MakeLabels make_labels);
+  // The count of `client` (or of "other" when it is not admitted) in one of the other client
+  // families, for the label set whose Key() is `key`; `make_values` (the values in the
+  // family's label order, without the client) is only called for a label set not seen before.
+  // Counts a folded observation.
+  template <typename MakeValues>
+  uint64_t& ClientCount(ClientFamily family, const ClientName& client, bool admitted,
+                        const std::string& key, MakeValues make_values);
   // The entry of `client` (or of "other" when not admitted), made when missing.
   ClientCounters& ClientEntry(const ClientName& client, bool admitted);
   // The index in durations_ of (verb, group, resource)'s histogram, made on first use.
@@ -229,11 +236,6 @@ class PrometheusExporter {
   std::shared_ptr<prometheus::Collectable> process_;
   mg_context* http_ = nullptr;
   prometheus::Family<prometheus::Gauge>* build_info_;
-  prometheus::Family<prometheus::Counter>* lists_;
-  prometheus::Family<prometheus::Counter>* etcd_requests_;
-  prometheus::Family<prometheus::Counter>* etcd_range_keys_;
-  prometheus::Family<prometheus::Counter>* etcd_range_bytes_;
-  prometheus::Family<prometheus::Counter>* etcd_stream_messages_;
   prometheus::Family<prometheus::Histogram>* etcd_duration_;
   prometheus::Family<prometheus::Counter>* etcd_links_;
   prometheus::Family<prometheus::Counter>* response_bodies_;
@@ -249,13 +251,11 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Gauge>* target_info_;
   prometheus::Family<prometheus::Counter>* attach_failures_;
   prometheus::Family<prometheus::Histogram>* target_planning_;
-  prometheus::Family<prometheus::Counter>* throttled_;
   prometheus::Family<prometheus::Histogram>* retry_after_;
   prometheus::Family<prometheus::Counter>* exempt_;
   prometheus::Family<prometheus::Gauge>* detector_tracked_;
   prometheus::Family<prometheus::Counter>* detector_evictions_;
   prometheus::Family<prometheus::Counter>* alertmanager_;
-  prometheus::Family<prometheus::Counter>* watches_;
   prometheus::Family<prometheus::Histogram>* watch_duration_;
   prometheus::Family<prometheus::Gauge>* client_series_;
 
@@ -263,8 +263,7 @@ class PrometheusExporter {
   std::string key_;  // Key()'s buffer
   ClientCap cap_;
   int64_t idle_ns_;
-  // null for the request families (kRequests, kResponseBytes, kApf): counted here.
-  std::array<prometheus::Family<prometheus::Counter>*, kClientFamilyCount> client_families_;
+  std::array<FamilyLabelSets, kClientFamilyCount> family_label_sets_;  // unused for kRequests, ...
   std::array<size_t, kClientFamilyCount> clients_per_family_{};
   std::array<prometheus::Gauge*, kClientFamilyCount> client_series_gauges_;
   // stormwatch_series_folded_total per client family, then the exempt family's: plain counts

@@ -294,6 +294,52 @@ TEST(PrometheusExporterTest, RequestFamiliesKeepTheirOwnLabelSetsPerClient) {
   EXPECT_EQ(m.find("# TYPE stormwatch_apf_requests_total"), std::string::npos) << m;
 }
 
+// Every client family is the exporter's own: a client's series in each of them, one label set
+// per distinct labels, counted exactly, all ended with the client, and each family's
+// stormwatch_client_series back to what the remaining clients hold.
+TEST(PrometheusExporterTest, EveryClientFamilyCountsAndEndsWithItsClient) {
+  PrometheusExporter e(ClientSeriesLimits{.max_clients = 2, .idle_s = 600});
+  const ClientName op("operator"), etcd("kube-apiserver-etcd-client");
+  for (int i = 0; i < 3; ++i) e.CountList(op, "apps", "deployments", "cluster", "consistent", false);
+  e.CountList(op, "apps", "deployments", "cluster", "consistent", true);
+  e.CountThrottled(op, "workload-low", 1);
+  e.CountThrottled(op, "", -1);
+  e.CountWatch(op, "apps", "deployments", 30, false);
+  e.CountEtcdRequest("/etcdserverpb.KV/Range", "deployments", etcd, "OK");
+  e.CountEtcdRange("deployments", etcd, 0, 0);  // an empty Range: its series, at 0
+  e.CountEtcdRange("deployments", etcd, 5, 700);
+  e.CountEtcdStreamMessage("/etcdserverpb.Watch/Watch", "watch_create", "pods", etcd);
+  std::string m = Metrics(e);
+  const std::string list = R"(stormwatch_list_requests_total{client="operator",consistency="consistent",group="apps",)";
+  EXPECT_TRUE(Has(m, list + R"(paginated="false",resource="deployments",scope="cluster"} 3)")) << m;
+  EXPECT_TRUE(Has(m, list + R"(paginated="true",resource="deployments",scope="cluster"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_throttled_requests_total{client="operator",priority_level="workload-low"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_throttled_requests_total{client="operator",priority_level="unknown"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_watches_total{client="operator",group="apps",resource="deployments",send_initial_events="false"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_etcd_requests_total{client="kube-apiserver-etcd-client",code="OK",method="/etcdserverpb.KV/Range",resource="deployments"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_etcd_range_keys_total{client="kube-apiserver-etcd-client",resource="deployments"} 5)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_etcd_range_bytes_total{client="kube-apiserver-etcd-client",resource="deployments"} 700)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_etcd_stream_messages_total{client="kube-apiserver-etcd-client",message="watch_create",method="/etcdserverpb.Watch/Watch",resource="pods"} 1)")) << m;
+  EXPECT_TRUE(Has(m, "# TYPE stormwatch_etcd_range_bytes_total counter")) << m;
+  for (const char* family : {"list_requests_total", "throttled_requests_total", "watches_total",
+                             "etcd_requests_total", "etcd_range_keys_total",
+                             "etcd_range_bytes_total", "etcd_stream_messages_total"}) {
+    EXPECT_TRUE(Has(m, std::string(R"(stormwatch_client_series{metric="stormwatch_)") + family + R"("} 1)")) << m;
+  }
+
+  // The operator stays active, etcd's client goes idle: its series end, the operator's stay.
+  e.Compact(60 * kSec);
+  e.CountList(op, "apps", "deployments", "cluster", "consistent", false);
+  e.Compact(700 * kSec);
+  m = Metrics(e);
+  EXPECT_EQ(m.find("kube-apiserver-etcd-client"), std::string::npos) << m;
+  EXPECT_EQ(m.find("stormwatch_etcd_range_keys_total{"), std::string::npos) << m;
+  EXPECT_TRUE(Has(m, list + R"(paginated="false",resource="deployments",scope="cluster"} 4)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_list_requests_total"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_etcd_requests_total"} 0)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_etcd_stream_messages_total"} 0)")) << m;
+}
+
 TEST(PrometheusExporterTest, CompactEndsIdleClientsAndAHeavyFoldedClientTakesTheSlot) {
   PrometheusExporter e(ClientSeriesLimits{.max_clients = 1, .idle_s = 600});
   e.CountRequest(Get("early"), 0);
