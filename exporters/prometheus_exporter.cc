@@ -26,7 +26,7 @@ constexpr char kFoldedHelp[] =
     "Observations counted under client=\"other\" because the client had no series of its own "
     "(client limit reached).";
 
-// The request families CountRequest counts itself (PrometheusExporter::Collect).
+// The client families' help (ClientFamilyTextOf) and the latency histogram's.
 constexpr char kRequestsHelp[] =
     "Requests the API server handled, by client and by the labels of apiserver_request_total.";
 constexpr char kResponseBytesHelp[] =
@@ -41,24 +41,21 @@ constexpr char kDurationHelp[] =
 // apiserver_request_duration_seconds' buckets, so the two line up.
 constexpr double kDurationBuckets[] = {0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5,
                                        2,     3,     4,    5,   6,   8,   10,  15,  20,  30,  45, 60};
-// Their labels but the client, sorted by name as prometheus-cpp's exposition has them.
-constexpr const char* kRequestLabelNames[] = {"code",  "group", "resource", "scope",
-                                              "subresource", "verb", "version"};
-
-// The other client families, counted here as well (ClientCount), by ClientFamily: help and the
-// label names but the client, sorted by name ("client" sorts before every one of them).
+// The client families, by ClientFamily: help and the label names but the client, sorted by name
+// ("client" sorts before every one of them) as prometheus-cpp's exposition has them.
 struct ClientFamilyText {
   const char* help;
   std::vector<const char*> labels;
 };
 const ClientFamilyText& ClientFamilyTextOf(size_t family) {
   static const ClientFamilyText kTexts[] = {
-      {kRequestsHelp, {}},       // kRequests: CountRequest's own
-      {kResponseBytesHelp, {}},  // kResponseBytes: CountRequest's own
+      {kRequestsHelp, {"code", "group", "resource", "scope", "subresource", "verb", "version"}},
+      {kResponseBytesHelp,
+       {"code", "group", "resource", "scope", "subresource", "verb", "version"}},
       {"LIST requests by client and cost shape: consistency (consistent reads go to etcd; any = "
        "resourceVersion=0 from the watch cache) and pagination.",
        {"consistency", "group", "paginated", "resource", "scope"}},
-      {kApfHelp, {}},  // kApf: CountRequest's own
+      {kApfHelp, {"flow_schema", "priority_level"}},
       {"Requests rejected with 429 Too Many Requests, by client and priority level.",
        {"priority_level"}},
       {"Finished WATCH requests, by client and resource, and whether they were streaming LISTs "
@@ -78,7 +75,8 @@ const ClientFamilyText& ClientFamilyTextOf(size_t family) {
   return kTexts[family];
 }
 
-std::string OrUnknown(std::string_view value) { return value.empty() ? "unknown" : std::string(value); }
+// An APF name as exposed (and keyed: an empty name and a name "unknown" are one series).
+std::string_view OrUnknown(std::string_view value) { return value.empty() ? "unknown" : value; }
 
 }  // namespace
 
@@ -98,25 +96,13 @@ PrometheusExporter::~PrometheusExporter() {
 }
 
 struct PrometheusExporter::CountsSnapshot {
-  struct Requests {
-    uint32_t client, series;  // indices in clients, series
-    RequestCounts counts;
-  };
-  struct Apf {
-    uint32_t client, apf;  // indices in clients, apf_series
-    uint64_t count;
-  };
   struct Count {
     uint32_t client, set;  // indices in clients, the family's label sets
     uint64_t count;
   };
   std::vector<std::string> clients;  // labels
-  std::vector<RequestSeriesLabels> series;
-  std::vector<std::pair<std::string, std::string>> apf_series;
-  std::vector<Requests> requests;
-  std::vector<Apf> apf;
-  // The other client families', by ClientFamily (empty for the request families).
-  std::array<std::vector<Count>, kClientFamilyCount> counts;
+  std::array<std::vector<Count>, kClientFamilyCount> counts;  // by ClientFamily
+  // By ClientFamily; none for kResponseBytes (LabelSetsOf).
   std::array<std::vector<std::vector<std::string>>, kClientFamilyCount> label_sets;
   std::vector<DurationCounts> durations;
   std::array<uint64_t, kClientFamilyCount + 1> folded{};
@@ -125,26 +111,20 @@ struct PrometheusExporter::CountsSnapshot {
 PrometheusExporter::CountsSnapshot PrometheusExporter::SnapshotCounts() const {
   CountsSnapshot c;
   std::lock_guard lock(mu_);
-  c.clients.reserve(client_counters_.size());
-  size_t requests = 0, apf = 0;
+  std::array<size_t, kClientFamilyCount> series{};
   for (const auto& [key, client] : client_counters_) {
-    requests += client.requests.size();
-    apf += client.apf.size();
+    for (size_t f = 0; f < kClientFamilyCount; ++f) series[f] += client.counts[f].size();
   }
-  c.requests.reserve(requests);
-  c.apf.reserve(apf);
+  for (size_t f = 0; f < kClientFamilyCount; ++f) c.counts[f].reserve(series[f]);
+  c.clients.reserve(client_counters_.size());
   for (const auto& [key, client] : client_counters_) {
     const auto index = static_cast<uint32_t>(c.clients.size());
     c.clients.push_back(client.label);
-    for (const auto& [series, counts] : client.requests) c.requests.push_back({index, series, counts});
-    for (const auto& [series, count] : client.apf) c.apf.push_back({index, series, count});
     for (size_t f = 0; f < kClientFamilyCount; ++f) {
       for (const auto& [set, count] : client.counts[f]) c.counts[f].push_back({index, set, count});
     }
   }
   for (size_t f = 0; f < kClientFamilyCount; ++f) c.label_sets[f] = family_label_sets_[f].values;
-  c.series = request_series_;
-  c.apf_series = apf_series_;
   c.durations = durations_;
   c.folded = folded_;
   return c;
@@ -153,39 +133,11 @@ PrometheusExporter::CountsSnapshot PrometheusExporter::SnapshotCounts() const {
 void PrometheusExporter::AppendFamilies(const CountsSnapshot& c,
                                         std::vector<prometheus::MetricFamily>& out) {
   using prometheus::ClientMetric;
-  prometheus::MetricFamily requests{"stormwatch_requests_total", kRequestsHelp,
-                                    prometheus::MetricType::Counter, {}};
-  prometheus::MetricFamily bytes{"stormwatch_response_bytes_total", kResponseBytesHelp,
-                                 prometheus::MetricType::Counter, {}};
-  prometheus::MetricFamily apf{"stormwatch_apf_requests_total", kApfHelp,
-                               prometheus::MetricType::Counter, {}};
-  requests.metric.reserve(c.requests.size());
-  for (const CountsSnapshot::Requests& r : c.requests) {
-    ClientMetric m;
-    m.label.reserve(1 + std::size(kRequestLabelNames));
-    m.label.push_back({"client", c.clients[r.client]});
-    for (size_t i = 0; i < std::size(kRequestLabelNames); ++i) {
-      m.label.push_back({kRequestLabelNames[i], c.series[r.series][i]});
-    }
-    if (r.counts.response_bytes) {
-      bytes.metric.push_back(m);
-      bytes.metric.back().counter.value = static_cast<double>(r.counts.response_bytes);
-    }
-    m.counter.value = static_cast<double>(r.counts.requests);
-    requests.metric.push_back(std::move(m));
-  }
-  for (const CountsSnapshot::Apf& a : c.apf) {
-    ClientMetric m;
-    m.label = {{"client", c.clients[a.client]},
-               {"flow_schema", OrUnknown(c.apf_series[a.apf].second)},
-               {"priority_level", OrUnknown(c.apf_series[a.apf].first)}};
-    m.counter.value = static_cast<double>(a.count);
-    apf.metric.push_back(std::move(m));
-  }
-  std::vector<prometheus::MetricFamily> others;
+  // As prometheus-cpp's families: none without series.
   for (size_t f = 0; f < kClientFamilyCount; ++f) {
     if (c.counts[f].empty()) continue;
     const ClientFamilyText& text = ClientFamilyTextOf(f);
+    const auto& label_sets = c.label_sets[LabelSetsOf(static_cast<ClientFamily>(f))];
     prometheus::MetricFamily family{kClientFamilyNames[f], text.help,
                                     prometheus::MetricType::Counter, {}};
     family.metric.reserve(c.counts[f].size());
@@ -194,12 +146,12 @@ void PrometheusExporter::AppendFamilies(const CountsSnapshot& c,
       m.label.reserve(1 + text.labels.size());
       m.label.push_back({"client", c.clients[n.client]});
       for (size_t i = 0; i < text.labels.size(); ++i) {
-        m.label.push_back({text.labels[i], c.label_sets[f][n.set][i]});
+        m.label.push_back({text.labels[i], label_sets[n.set][i]});
       }
       m.counter.value = static_cast<double>(n.count);
       family.metric.push_back(std::move(m));
     }
-    others.push_back(std::move(family));
+    out.push_back(std::move(family));
   }
   prometheus::MetricFamily durations{"stormwatch_request_duration_seconds", kDurationHelp,
                                      prometheus::MetricType::Histogram, {}};
@@ -217,6 +169,7 @@ void PrometheusExporter::AppendFamilies(const CountsSnapshot& c,
     }
     durations.metric.push_back(std::move(m));
   }
+  if (!durations.metric.empty()) out.push_back(std::move(durations));
   prometheus::MetricFamily folded{"stormwatch_series_folded_total", kFoldedHelp,
                                   prometheus::MetricType::Counter, {}};
   for (size_t f = 0; f < c.folded.size(); ++f) {
@@ -225,11 +178,7 @@ void PrometheusExporter::AppendFamilies(const CountsSnapshot& c,
     m.counter.value = static_cast<double>(c.folded[f]);
     folded.metric.push_back(std::move(m));
   }
-  // As prometheus-cpp's families: none without series.
-  for (prometheus::MetricFamily* f : {&requests, &bytes, &apf, &durations, &folded}) {
-    if (!f->metric.empty()) out.push_back(std::move(*f));
-  }
-  for (prometheus::MetricFamily& f : others) out.push_back(std::move(f));
+  out.push_back(std::move(folded));
 }
 
 std::vector<prometheus::MetricFamily> PrometheusExporter::Collect() const {
@@ -379,18 +328,31 @@ const std::string& PrometheusExporter::Key(std::initializer_list<std::string_vie
 }
 
 template <typename MakeValues>
-uint64_t& PrometheusExporter::ClientCount(ClientFamily family, const ClientName& client,
-                                          bool admitted, const std::string& key,
-                                          MakeValues make_values) {
-  if (!admitted) ++folded_[family];
+uint32_t PrometheusExporter::LabelSetId(ClientFamily family, const std::string& key,
+                                        MakeValues make_values) {
   FamilyLabelSets& sets = family_label_sets_[family];
   auto [set, fresh] = sets.ids.try_emplace(key, static_cast<uint32_t>(sets.values.size()));
   if (fresh) sets.values.push_back(make_values());
-  auto& counts = ClientEntry(client, admitted).counts[family];
+  return set->second;
+}
+
+uint64_t& PrometheusExporter::ClientCount(ClientFamily family, ClientCounters& client,
+                                          bool admitted, uint32_t set) {
+  if (!admitted) ++folded_[family];
+  auto& counts = client.counts[family];
+  // A client's first series in a family counts it in stormwatch_client_series.
   if (counts.empty()) {
     client_series_gauges_[family]->Set(static_cast<double>(++clients_per_family_[family]));
   }
-  return counts[set->second];
+  return counts[set];
+}
+
+template <typename MakeValues>
+uint64_t& PrometheusExporter::ClientCount(ClientFamily family, const ClientName& client,
+                                          bool admitted, const std::string& key,
+                                          MakeValues make_values) {
+  const uint32_t set = LabelSetId(family, key, make_values);
+  return ClientCount(family, ClientEntry(client, admitted), admitted, set);
 }
 
 PrometheusExporter::ClientCounters& PrometheusExporter::ClientEntry(const ClientName& client,
@@ -410,11 +372,9 @@ void PrometheusExporter::EndClientSeries(const std::string& client) {
   if (it == client_counters_.end()) return;
   const ClientCounters& c = it->second;
   for (size_t f = 0; f < kClientFamilyCount; ++f) {
-    const bool had_series = f == kRequests        ? !c.requests.empty()
-                            : f == kResponseBytes ? c.response_bytes
-                            : f == kApf           ? !c.apf.empty()
-                                                  : !c.counts[f].empty();
-    if (had_series) client_series_gauges_[f]->Set(static_cast<double>(--clients_per_family_[f]));
+    if (!c.counts[f].empty()) {
+      client_series_gauges_[f]->Set(static_cast<double>(--clients_per_family_[f]));
+    }
   }
   client_counters_.erase(it);
   last_client_ = nullptr;
@@ -457,19 +417,19 @@ PrometheusExporter::RequestLabelSet& PrometheusExporter::LabelSetOf(
   if (auto it = request_label_sets_.find(key); it != request_label_sets_.end()) return it->second;
   std::string set_key = key;  // Key()'s buffer is reused below
   RequestLabelSet set;
-  auto [series, fresh_series] = request_series_ids_.try_emplace(
-      Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope, l.code}),
-      static_cast<uint32_t>(request_series_.size()));
-  if (fresh_series) {
-    request_series_.push_back({std::string(l.code), std::string(l.group), std::string(l.resource),
-                               std::string(l.scope), std::string(l.subresource),
-                               std::string(l.verb), std::string(l.version)});
-  }
-  set.series = series->second;
-  auto [apf, fresh_apf] = apf_series_ids_.try_emplace(Key({o.priority_level, o.flow_schema}),
-                                                      static_cast<uint32_t>(apf_series_.size()));
-  if (fresh_apf) apf_series_.emplace_back(o.priority_level, o.flow_schema);
-  set.apf = apf->second;
+  set.series = LabelSetId(
+      kRequests, Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope, l.code}),
+      [&] {
+        return std::vector<std::string>{std::string(l.code),  std::string(l.group),
+                                        std::string(l.resource), std::string(l.scope),
+                                        std::string(l.subresource), std::string(l.verb),
+                                        std::string(l.version)};
+      });
+  const std::string_view flow_schema = OrUnknown(o.flow_schema);
+  const std::string_view priority_level = OrUnknown(o.priority_level);
+  set.apf = LabelSetId(kApf, Key({flow_schema, priority_level}), [&] {
+    return std::vector<std::string>{std::string(flow_schema), std::string(priority_level)};
+  });
   return request_label_sets_.emplace(std::move(set_key), set).first->second;
 }
 
@@ -479,28 +439,10 @@ void PrometheusExporter::CountRequest(const RequestObservation& o) {
   const bool admitted = cap_.Admit(l.client, /*is_request=*/true);
   RequestLabelSet& set = LabelSetOf(o);
   ClientCounters& client = ClientEntry(l.client, admitted);
-  // A client's first series in a family counts it in stormwatch_client_series; folded
-  // observations are counted one by one.
-  auto first_series = [&](ClientFamily family) {
-    client_series_gauges_[family]->Set(static_cast<double>(++clients_per_family_[family]));
-  };
-  if (client.requests.empty()) first_series(kRequests);
-  RequestCounts& counts = client.requests[set.series];
-  ++counts.requests;
-  if (!admitted) ++folded_[kRequests];
-  if (o.response_bytes) {
-    if (!client.response_bytes) {
-      client.response_bytes = true;
-      first_series(kResponseBytes);
-    }
-    counts.response_bytes += o.response_bytes;
-    if (!admitted) ++folded_[kResponseBytes];
-  }
-  if (o.apf) {
-    if (client.apf.empty()) first_series(kApf);
-    ++client.apf[set.apf];
-    if (!admitted) ++folded_[kApf];
-  }
+  ++ClientCount(kRequests, client, admitted, set.series);
+  // A request that wrote no body makes no bytes series.
+  if (o.response_bytes) ClientCount(kResponseBytes, client, admitted, set.series) += o.response_bytes;
+  if (o.apf) ++ClientCount(kApf, client, admitted, set.apf);
   if (o.duration_s >= 0) {
     if (set.duration == kNoDuration) set.duration = DurationOf(l.verb, l.group, l.resource);
     DurationCounts& d = durations_[set.duration];
@@ -531,14 +473,14 @@ void PrometheusExporter::CountThrottled(const ClientName& client, std::string_vi
   static const prometheus::Histogram::BucketBoundaries kBuckets = {1, 2, 5, 10, 30, 60, 120, 300};
   std::lock_guard lock(mu_);
   bool admitted = cap_.Admit(client, /*is_request=*/false);
-  ++ClientCount(kThrottled, client, admitted, Key({priority_level}),
-                [&] { return std::vector<std::string>{OrUnknown(priority_level)}; });
+  ++ClientCount(kThrottled, client, admitted, Key({OrUnknown(priority_level)}),
+                [&] { return std::vector<std::string>{std::string(OrUnknown(priority_level))}; });
   if (retry_after_s < 0) return;
   auto it = retry_after_cache_.find(absl::string_view(priority_level.data(), priority_level.size()));
   if (it == retry_after_cache_.end()) {
     it = retry_after_cache_
              .emplace(priority_level,
-                      &retry_after_->Add({{"priority_level", OrUnknown(priority_level)}}, kBuckets))
+                      &retry_after_->Add({{"priority_level", std::string(OrUnknown(priority_level))}}, kBuckets))
              .first;
   }
   it->second->Observe(retry_after_s);

@@ -161,53 +161,52 @@ class PrometheusExporter {
     kRequests, kResponseBytes, kLists, kApf, kThrottled, kWatches, kEtcdRequests,
     kEtcdRangeKeys, kEtcdRangeBytes, kEtcdStreamMessages, kClientFamilyCount
   };
-  // The labels of stormwatch_requests_total and stormwatch_response_bytes_total without the
-  // client, in the order of kRequestLabelNames (the exposition's, sorted by name).
-  using RequestSeriesLabels = std::array<std::string, 7>;
   // CountRequest's labels without the client (its key: the labels of the request families
   // and the APF pair), interned: what its series are, found once.
   struct RequestLabelSet {
-    uint32_t series = 0;  // index in request_series_
-    uint32_t apf = 0;     // index in apf_series_
+    uint32_t series = 0;  // label set of kRequests (and kResponseBytes: they share theirs)
+    uint32_t apf = 0;     // label set of kApf
     uint32_t duration = kNoDuration;  // index in durations_; kNoDuration until observed
   };
   static constexpr uint32_t kNoDuration = UINT32_MAX;
   // stormwatch_request_duration_seconds of one (verb, group, resource), counted here as the
-  // request families are (no client label: never removed).
+  // client families are (no client label: never removed).
   struct DurationCounts {
     std::array<std::string, 3> labels;  // group, resource, verb: sorted by name
     std::vector<uint64_t> buckets;      // per bucket, +Inf last; not cumulative
     uint64_t count = 0;
     double sum = 0;
   };
-  // A client's counts in one label set of stormwatch_requests_total (and its bytes).
-  struct RequestCounts {
-    uint64_t requests = 0;
-    uint64_t response_bytes = 0;  // 0: no stormwatch_response_bytes_total series yet
-  };
-  // The label sets of one of the other client families (lists, throttled, watches, etcd),
-  // interned: the values of its labels but the client, in the order of the family's label
-  // names (kClientFamilyLabels), by index, and the index of each by Key() of its values.
+  // The label sets of a client family, interned: the values of its labels but the client, in
+  // the order of the family's label names (ClientFamilyTextOf), by index, and the index of each
+  // by Key() of its values. Bounded as the labels are (verbs, codes, ResourceLabels, APF
+  // levels); kept when the clients counting in them end, as client="other" keeps its series.
   struct FamilyLabelSets {
     absl::flat_hash_map<std::string, uint32_t> ids;
     std::vector<std::vector<std::string>> values;
   };
-  // Per client (or "other"): its label, its counts in each of the other client families by
-  // interned label set, and its request counts; all end with the client's series
-  // (EndClientSeries).
+  // stormwatch_response_bytes_total has the labels of stormwatch_requests_total: one label
+  // set found per request serves both.
+  static constexpr ClientFamily LabelSetsOf(ClientFamily family) {
+    return family == kResponseBytes ? kRequests : family;
+  }
+  // Per client (or "other"): its label and its counts in each client family by interned label
+  // set (no entry: no series); all end with the client's series (EndClientSeries).
   struct ClientCounters {
     std::string label;
     std::array<absl::flat_hash_map<uint32_t, uint64_t>, kClientFamilyCount> counts;
-    absl::flat_hash_map<uint32_t, RequestCounts> requests;  // by index in request_series_
-    absl::flat_hash_map<uint32_t, uint64_t> apf;            // by index in apf_series_
-    bool response_bytes = false;  // some label set has bytes counted
   };
   using Labels = std::map<std::string, std::string>;
 
-  // The count of `client` (or of "other" when it is not admitted) in one of the other client
-  // families, for the label set whose Key() is `key`; `make_values` (the values in the
-  // family's label order, without the client) is only called for a label set not seen before.
-  // Counts a folded observation.
+  // The index of the label set whose Key() is `key` in `family`'s label sets; `make_values`
+  // (the values in the family's label order, without the client) is only called for a label
+  // set not seen before.
+  template <typename MakeValues>
+  uint32_t LabelSetId(ClientFamily family, const std::string& key, MakeValues make_values);
+  // The count of `client` (ClientEntry's) in one label set of `family`, made at 0 when missing;
+  // counts a folded observation and a client's first series in the family.
+  uint64_t& ClientCount(ClientFamily family, ClientCounters& client, bool admitted, uint32_t set);
+  // Both at once: `client` (or "other" when it is not admitted), the label set by its Key().
   template <typename MakeValues>
   uint64_t& ClientCount(ClientFamily family, const ClientName& client, bool admitted,
                         const std::string& key, MakeValues make_values);
@@ -263,7 +262,7 @@ class PrometheusExporter {
   std::string key_;  // Key()'s buffer
   ClientCap cap_;
   int64_t idle_ns_;
-  std::array<FamilyLabelSets, kClientFamilyCount> family_label_sets_;  // unused for kRequests, ...
+  std::array<FamilyLabelSets, kClientFamilyCount> family_label_sets_;  // none for kResponseBytes
   std::array<size_t, kClientFamilyCount> clients_per_family_{};
   std::array<prometheus::Gauge*, kClientFamilyCount> client_series_gauges_;
   // stormwatch_series_folded_total per client family, then the exempt family's: plain counts
@@ -275,14 +274,9 @@ class PrometheusExporter {
   // when the map grows: only ClientEntry adds (and re-points this), EndClientSeries erases
   // (and clears this).
   std::pair<const uint64_t, ClientCounters>* last_client_ = nullptr;
-  // CountRequest's label sets by their Key(), and the label values of the request families'
-  // series. Bounded as the labels are (verbs, codes, ResourceLabels, APF levels); kept when
-  // the clients counting in them end, as client="other" keeps its series.
+  // CountRequest's label sets by their Key(), made on first use and kept (as the families'
+  // label sets are).
   absl::flat_hash_map<std::string, RequestLabelSet> request_label_sets_;
-  absl::flat_hash_map<std::string, uint32_t> request_series_ids_;  // by Key() of the 7 labels
-  std::vector<RequestSeriesLabels> request_series_;
-  absl::flat_hash_map<std::string, uint32_t> apf_series_ids_;  // by Key() of the pair
-  std::vector<std::pair<std::string, std::string>> apf_series_;  // priority_level, flow_schema
   std::vector<DurationCounts> durations_;
   absl::flat_hash_map<std::string, uint32_t> duration_ids_;  // by Key() of verb, group, resource
   // Histogram handles per label set: Family::Add hashes a std::map on every call.

@@ -29,6 +29,13 @@ bool Has(const std::string& text, const std::string& line) {
   return text.find(line + "\n") != std::string::npos;
 }
 
+// How many times `part` occurs in `text`.
+size_t Count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
 // --- SpaceSaving ---
 
 TEST(SpaceSavingTest, ExactWhileUnderCapacity) {
@@ -250,34 +257,33 @@ TEST(PrometheusExporterTest, RequestFamiliesKeepTheirOwnLabelSetsPerClient) {
   e.CountRequest({Get(kAlice, k200), 20, true, "global-default", "global-default", 0.01});
   e.CountRequest({Get(kAlice, k404), 30, true, "workload-low", "service-accounts", 0.01});
   e.CountRequest({Get(kBob, k200), 0, false, "", "", 0.01});  // no bytes, no APF pair
+  // Names not known and names "unknown" are one series, as exposed.
+  e.CountRequest({Get(kBob, k200), 0, true, "", "unknown", 0.01});
+  e.CountRequest({Get(kBob, k200), 0, true, "unknown", "", 0.01});
   std::string m = Metrics(e);
   const std::string pods = R"(group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1")";
   EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="alice",code="200",)" + pods + "} 2")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="alice",code="404",)" + pods + "} 1")) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="bob",code="200",)" + pods + "} 1")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="bob",code="200",)" + pods + "} 3")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_response_bytes_total{client="alice",code="200",)" + pods + "} 30")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_response_bytes_total{client="alice",code="404",)" + pods + "} 30")) << m;
   EXPECT_EQ(m.find(R"(stormwatch_response_bytes_total{client="bob")"), std::string::npos) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="alice",flow_schema="service-accounts",priority_level="workload-low"} 2)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="alice",flow_schema="global-default",priority_level="global-default"} 1)")) << m;
-  EXPECT_EQ(m.find(R"(stormwatch_apf_requests_total{client="bob")"), std::string::npos) << m;
-  // Three series of alice's, one of bob's: 4 lines in all, no line per APF pair.
-  size_t lines = 0;
-  for (size_t at = m.find("\nstormwatch_requests_total{"); at != std::string::npos;
-       at = m.find("\nstormwatch_requests_total{", at + 1)) {
-    ++lines;
-  }
-  EXPECT_EQ(lines, 3u) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="bob",flow_schema="unknown",priority_level="unknown"} 2)")) << m;
+  EXPECT_EQ(Count(m, "\nstormwatch_apf_requests_total{"), 3u) << m;
+  // Two series of alice's, one of bob's: no line per APF pair.
+  EXPECT_EQ(Count(m, "\nstormwatch_requests_total{"), 3u) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_requests_total"} 2)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_response_bytes_total"} 1)")) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_apf_requests_total"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_apf_requests_total"} 2)")) << m;
   EXPECT_TRUE(Has(m, "# TYPE stormwatch_requests_total counter")) << m;
   // The duration histogram is the exporter's too: every request of (GET, pods) in it, in the
   // 0.025 s bucket (le: less or equal) and all the ones above, +Inf last.
   EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_bucket{group="",resource="pods",verb="GET",le="0.005"} 0)")) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_bucket{group="",resource="pods",verb="GET",le="0.025"} 4)")) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_bucket{group="",resource="pods",verb="GET",le="+Inf"} 4)")) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_count{group="",resource="pods",verb="GET"} 4)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_bucket{group="",resource="pods",verb="GET",le="0.025"} 6)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_bucket{group="",resource="pods",verb="GET",le="+Inf"} 6)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_request_duration_seconds_count{group="",resource="pods",verb="GET"} 6)")) << m;
   EXPECT_TRUE(Has(m, "# TYPE stormwatch_request_duration_seconds histogram")) << m;
 
   e.Compact(60 * kSec);
@@ -285,13 +291,14 @@ TEST(PrometheusExporterTest, RequestFamiliesKeepTheirOwnLabelSetsPerClient) {
   e.Compact(700 * kSec);  // alice idle for 640 s: her series end, bob's stay
   m = Metrics(e);
   EXPECT_EQ(m.find(R"(client="alice")"), std::string::npos) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="bob",code="200",)" + pods + "} 2")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="bob",code="200",)" + pods + "} 4")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_requests_total"} 1)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_response_bytes_total"} 0)")) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_apf_requests_total"} 0)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_client_series{metric="stormwatch_apf_requests_total"} 1)")) << m;
+  EXPECT_EQ(Count(m, "\nstormwatch_apf_requests_total{"), 1u) << m;
   // Families without series are left out, as prometheus-cpp's are.
   EXPECT_EQ(m.find("stormwatch_response_bytes_total{"), std::string::npos) << m;
-  EXPECT_EQ(m.find("# TYPE stormwatch_apf_requests_total"), std::string::npos) << m;
+  EXPECT_EQ(m.find("# TYPE stormwatch_response_bytes_total"), std::string::npos) << m;
 }
 
 // Every client family is the exporter's own: a client's series in each of them, one label set
@@ -304,6 +311,7 @@ TEST(PrometheusExporterTest, EveryClientFamilyCountsAndEndsWithItsClient) {
   e.CountList(op, "apps", "deployments", "cluster", "consistent", true);
   e.CountThrottled(op, "workload-low", 1);
   e.CountThrottled(op, "", -1);
+  e.CountThrottled(op, "unknown", -1);  // as exposed, one series with the one not known
   e.CountWatch(op, "apps", "deployments", 30, false);
   e.CountEtcdRequest("/etcdserverpb.KV/Range", "deployments", etcd, "OK");
   e.CountEtcdRange("deployments", etcd, 0, 0);  // an empty Range: its series, at 0
@@ -314,7 +322,8 @@ TEST(PrometheusExporterTest, EveryClientFamilyCountsAndEndsWithItsClient) {
   EXPECT_TRUE(Has(m, list + R"(paginated="false",resource="deployments",scope="cluster"} 3)")) << m;
   EXPECT_TRUE(Has(m, list + R"(paginated="true",resource="deployments",scope="cluster"} 1)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_throttled_requests_total{client="operator",priority_level="workload-low"} 1)")) << m;
-  EXPECT_TRUE(Has(m, R"(stormwatch_throttled_requests_total{client="operator",priority_level="unknown"} 1)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_throttled_requests_total{client="operator",priority_level="unknown"} 2)")) << m;
+  EXPECT_EQ(Count(m, "\nstormwatch_throttled_requests_total{"), 2u) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_watches_total{client="operator",group="apps",resource="deployments",send_initial_events="false"} 1)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_etcd_requests_total{client="kube-apiserver-etcd-client",code="OK",method="/etcdserverpb.KV/Range",resource="deployments"} 1)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_etcd_range_keys_total{client="kube-apiserver-etcd-client",resource="deployments"} 5)")) << m;
