@@ -364,27 +364,37 @@ uint64_t KeyedHash(std::string_view data) {
   return SipHash24(key, data);
 }
 
-absl::uint128 CredentialKey(std::string_view authorization, std::string_view user_agent) {
+namespace {
+
+// The secret of TableHash and CredentialKey, drawn once per process.
+const std::array<unsigned char, XXH3_SECRET_DEFAULT_SIZE>& TableSecret() {
   static const std::array<unsigned char, XXH3_SECRET_DEFAULT_SIZE> secret = [] {
     std::array<unsigned char, XXH3_SECRET_DEFAULT_SIZE> bytes;
     std::random_device rd;
     for (unsigned char& b : bytes) b = static_cast<unsigned char>(rd());
     return bytes;
   }();
-  // libxxhash's SSE2 code on purpose: its run-time dispatch picks AVX-512 where the CPU has it,
-  // which cut instructions but made the whole loop slower on this machine (cached identities
-  // 264-274 ns -> 373-406 ns per request, timed side by side).
-  // Both headers in one buffer of the thread's, hashed in one call, the first one's length
-  // between them so that no other split of the same bytes gives the same key. (A streaming
-  // hash of the two costs the same within 6%, and keeps a part of the token in its state.)
-  thread_local std::string joined;
-  const uint64_t authorization_size = authorization.size();
-  joined.assign(authorization);
-  joined.append(reinterpret_cast<const char*>(&authorization_size), sizeof(authorization_size));
-  joined.append(user_agent);
-  const XXH128_hash_t h = XXH3_128bits_withSecret(joined.data(), joined.size(), secret.data(), secret.size());
-  explicit_bzero(joined.data(), joined.size());  // the token is not kept, not even here
-  return absl::MakeUint128(h.high64, h.low64);
+  return secret;
+}
+
+}  // namespace
+
+// libxxhash's SSE2 code on purpose: its run-time dispatch picks AVX-512 where the CPU has it,
+// which cut instructions but made the whole loop slower on this machine (cached identities
+// 264-274 ns -> 373-406 ns per request, timed side by side).
+uint64_t TableHash(std::string_view data) {
+  const auto& secret = TableSecret();
+  return XXH3_64bits_withSecret(data.data(), data.size(), secret.data(), secret.size());
+}
+
+absl::uint128 CredentialKey(std::string_view authorization, std::string_view user_agent) {
+  const auto& secret = TableSecret();
+  // Each header hashed where it lies (the token is not copied, not even to a buffer of ours);
+  // the user agent's 64 bits folded into one half. Two pairs with the same token differ
+  // exactly when their user agents' hashes do; two with different tokens, in 128 bits.
+  const XXH128_hash_t h =
+      XXH3_128bits_withSecret(authorization.data(), authorization.size(), secret.data(), secret.size());
+  return absl::MakeUint128(h.high64 ^ TableHash(user_agent), h.low64);
 }
 
 bool Base64UrlDecode(std::string_view in, std::string& out) {

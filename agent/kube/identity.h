@@ -39,14 +39,20 @@ Identity IdentityFromHeaders(std::string_view authorization, std::string_view us
 // The `client` label: who an operator can act on ("unknown" when nobody is named).
 const std::string& ClientLabel(const Identity& identity);
 
-// The keyed 64-bit hash used for "token:" names (exposed for tests and for other code that
-// needs a per-process key for a secret, e.g. certificate fingerprints).
+// The keyed 64-bit hash of "token:" names (SipHash-2-4 under a per-process key): a PRF, since
+// its values leave the process in labels and must tell nothing of the token.
 uint64_t KeyedHash(std::string_view data);
 
-// The identity cache's key for one (authorization, user agent) pair: XXH3-128 under a
-// 192-byte secret drawn once per process. It never leaves the process (names use KeyedHash),
-// so a fast keyed hash suffices: a third of SipHash's instructions over a ~1.2 KiB token; 128 bits
-// put an accidental collision of two clients' headers out of reach, and without the secret
+// The keyed 64-bit hash of the agent's own tables (record keys, client keys: HashFields):
+// XXH3-64 under a 192-byte secret drawn once per process, a third of SipHash-2-4's
+// instructions over a short name. Its values never leave the process (names that do, such as
+// "token:...", use KeyedHash); without the secret nobody can aim two names at one key.
+uint64_t TableHash(std::string_view data);
+
+// The identity cache's key for one (authorization, user agent) pair: XXH3-128 of the token under
+// TableHash's secret, with TableHash of the user agent folded in. It never leaves the process,
+// so a fast keyed hash suffices: a third of SipHash's instructions over a ~1.2 KiB token; 128
+// bits put an accidental collision of two clients' tokens out of reach, and without the secret
 // nobody can aim one at another client's headers.
 absl::uint128 CredentialKey(std::string_view authorization, std::string_view user_agent);
 

@@ -28,7 +28,7 @@ uint64_t HashFields(std::initializer_list<std::string_view> fields) {
     at = std::copy(f.begin(), f.end(), at);
     *at++ = '\x1f';
   }
-  return KeyedHash(std::string_view(out, size));
+  return TableHash(std::string_view(out, size));
 }
 
 namespace {

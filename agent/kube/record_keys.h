@@ -1,6 +1,6 @@
 // Integer keys for detector and metric state: the strings that name a request's client, resource
 // and object hashed once per record instead of concatenated and hashed again by every detector.
-// The hash is keyed with a per-process secret (KeyedHash): names are client-chosen, and without
+// The hash is keyed with a per-process secret (TableHash): names are client-chosen, and without
 // the key no one can make two clients' or objects' state share one key. 64 bits: among a million
 // live keys a chance collision has odds of about 1 in 36 million million.
 #pragma once

@@ -321,11 +321,11 @@ TEST(RecordKeys, FieldsAreDelimitedAndKeysFollowTheRecord) {
   EXPECT_NE(CombineKeys(1, 2), CombineKeys(2, 1));
   // The fields joined with \x1f after each, hashed with the process key: short fields on the
   // stack, long ones (past 256 bytes) in another buffer, the same hash either way.
-  EXPECT_EQ(HashFields({"a", "bc"}), KeyedHash("a\x1f" "bc\x1f"));
+  EXPECT_EQ(HashFields({"a", "bc"}), TableHash("a\x1f" "bc\x1f"));
   const std::string long_name(300, 'n'), longer(700, 'm');
-  EXPECT_EQ(HashFields({"ns", long_name}), KeyedHash("ns\x1f" + long_name + "\x1f"));
-  EXPECT_EQ(HashFields({longer}), KeyedHash(longer + "\x1f"));
-  EXPECT_EQ(HashFields({"a", "bc"}), KeyedHash("a\x1f" "bc\x1f"));  // after a long one
+  EXPECT_EQ(HashFields({"ns", long_name}), TableHash("ns\x1f" + long_name + "\x1f"));
+  EXPECT_EQ(HashFields({longer}), TableHash(longer + "\x1f"));
+  EXPECT_EQ(HashFields({"a", "bc"}), TableHash("a\x1f" "bc\x1f"));  // after a long one
 
   RequestRecord r;
   EditIdentity(r).user = "system:serviceaccount:shop:carts";
