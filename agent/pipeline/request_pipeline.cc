@@ -228,10 +228,12 @@ void RequestPipeline::OnRequest(RequestRecord& r, bool replayed) {
     OnEtcdHttp2Request(r);
     return;
   }
-  // Parsed into the record with the buffers of the two fields that rarely fit a string's inline
-  // 15 bytes, the path and the name, lent by the pipeline until the record is delivered (no
-  // allocation once they have grown; swapping the whole RequestInfo costs more than the copies).
-  LendParseBuffers(r.info);
+  // Parsed into the record. Live records are the assembler's slots or http1_record_, reused
+  // with their buffers: the path and the name (which rarely fit a string's inline 15 bytes)
+  // grow once per slot. A replayed record is new each time: the pipeline lends it its own
+  // buffers of those two until it is delivered (no allocation once they have grown; swapping
+  // the whole RequestInfo costs more than the copies).
+  if (replayed) LendParseBuffers(r.info);
   ParseRequestInfoInto(r.method, r.path, r.info, /*parts=*/nullptr, &query_);
   r.shape = QueryShapeOf(r.info, query_);
   r.keys = RecordKeysOf(r);  // identity and info are final: every detector keys by these
@@ -251,7 +253,7 @@ void RequestPipeline::OnRequest(RequestRecord& r, bool replayed) {
   Deliver(r);
   // Back to the pipeline: r.info's path and name are the record's own again (every caller
   // drops the record now; nothing may keep a view of them past Deliver).
-  LendParseBuffers(r.info);
+  if (replayed) LendParseBuffers(r.info);
 }
 
 void RequestPipeline::LendParseBuffers(RequestInfo& info) {

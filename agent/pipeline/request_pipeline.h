@@ -138,7 +138,8 @@ class RequestPipeline {
  private:
   // `replayed`: the record's identity came from a capture, one per record: interned here.
   void OnRequest(RequestRecord& r, bool replayed = false);
-  // Swaps info's path and name with parse_buffers_ (called twice: lent, then back).
+  // Swaps info's path and name with parse_buffers_ (called twice for a replayed record: lent,
+  // then back).
   void LendParseBuffers(RequestInfo& info);
   void OnHttp1Exchange(const Http1Exchange& x);
   void NameApfLevels(ResponseFacts& facts);
@@ -176,7 +177,7 @@ class RequestPipeline {
   std::vector<RecordSink*> sinks_;  // storms_, peers_, recorder_, then those added
   PipelineStats stats_;
   std::unordered_map<uint32_t, TargetRole> roles_;  // by process; unknown = apiserver
-  // Buffers OnRequest parses a record's path and name into, kept from record to record.
+  // Buffers OnRequest parses a replayed record's path and name into, kept from record to record.
   struct ParseBuffers {
     std::string path, name;
   } parse_buffers_;
