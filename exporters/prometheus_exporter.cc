@@ -48,10 +48,12 @@ struct ClientFamilyText {
   std::vector<const char*> labels;
 };
 const ClientFamilyText& ClientFamilyTextOf(size_t family) {
+  // apiserver_request_total's labels: requests and response bytes share their label sets.
+  static const std::vector<const char*> kRequestLabels = {"code",  "group", "resource", "scope",
+                                                          "subresource", "verb", "version"};
   static const ClientFamilyText kTexts[] = {
-      {kRequestsHelp, {"code", "group", "resource", "scope", "subresource", "verb", "version"}},
-      {kResponseBytesHelp,
-       {"code", "group", "resource", "scope", "subresource", "verb", "version"}},
+      {kRequestsHelp, kRequestLabels},
+      {kResponseBytesHelp, kRequestLabels},
       {"LIST requests by client and cost shape: consistency (consistent reads go to etcd; any = "
        "resourceVersion=0 from the watch cache) and pagination.",
        {"consistency", "group", "paginated", "resource", "scope"}},
