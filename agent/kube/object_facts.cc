@@ -60,12 +60,15 @@ class CountedStackAllocator {
 };
 
 using JsonReader = rapidjson::GenericReader<rapidjson::UTF8<>, rapidjson::UTF8<>, CountedStackAllocator>;
-// Iterative: nesting is kept on the reader's heap stack, not the thread's (a hostile body of
-// 4,000 '[' must not recurse). In situ: strings are decoded in the thread's copy of the body,
-// not copied out. A handler's false stops the parse (kParseErrorTermination), as does the cut.
-constexpr unsigned kJsonParseFlags = rapidjson::kParseIterativeFlag |
-                                     rapidjson::kParseInsituFlag |
-                                     rapidjson::kParseStopWhenDoneFlag;
+// Recursive (rapidjson's fast path: its iterative parser's state table costs about twice the
+// instructions), with nesting capped by the handler below: a hostile body of 200,000 '[' ends
+// the read at kMaxJsonDepth, a few kilobytes of the thread's stack. In situ: strings are decoded
+// in the thread's copy of the body, not copied out. A handler's false stops the parse
+// (kParseErrorTermination), as does the cut.
+constexpr unsigned kJsonParseFlags = rapidjson::kParseInsituFlag | rapidjson::kParseStopWhenDoneFlag;
+// Deeper than anything read (metadata's members are at depth 3) and than managedFields' fieldsV1
+// of real objects (as deep as the object's own fields), which a read may have to pass.
+constexpr int kMaxJsonDepth = 128;
 
 // Strings that are kept (resourceVersion, finalizers: they become alert text and label values)
 // must be UTF-8. Only they are checked: checking every string in the parse would cost the SIMD
@@ -149,7 +152,7 @@ class MetadataReader {
   }
 
   bool StartObject() {
-    ++depth_;
+    if (++depth_ > kMaxJsonDepth) return false;  // the cap: stops the parse
     if (depth_ == 1) top_is_object_ = true;
     if (depth_ == 2 && top_key_ == TopKey::kMetadata && !metadata_started_) {
       metadata_started_ = true;
@@ -170,7 +173,7 @@ class MetadataReader {
   }
 
   bool StartArray() {
-    ++depth_;
+    if (++depth_ > kMaxJsonDepth) return false;
     if (depth_ == 1) return false;  // not an object
     if (in_metadata_ && depth_ == 3 && meta_key_ == MetaKey::kFinalizers) in_finalizers_ = true;
     return true;

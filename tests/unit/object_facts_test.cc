@@ -236,9 +236,9 @@ TEST(ObjectFactsTest, ABodyAllocatesNothingOnceTheReaderIsWarm) {
   EXPECT_EQ(f.finalizers, std::vector<std::string>{"kubernetes"});
 }
 
-// A hostile body nests as deep as its bytes allow: the reader keeps nesting on the heap, not
-// on the thread's stack, and what came before the nesting is kept.
-TEST(ObjectFactsTest, DeepNestingIsReadWithoutRecursion) {
+// A hostile body nests as deep as its bytes allow: the read ends at 128 levels (the reader
+// recurses, so nesting is capped, not followed), and what came before the nesting is kept.
+TEST(ObjectFactsTest, DeepNestingEndsTheReadAtTheCap) {
   const std::string head = CutAt(kTypedPod, R"("labels")") + R"("labels":)";
   for (const std::string& open : {std::string("["), std::string(R"({"a":)")}) {
     std::string body = head;
@@ -249,6 +249,31 @@ TEST(ObjectFactsTest, DeepNestingIsReadWithoutRecursion) {
     EXPECT_TRUE(f.deletion_timestamp);
     EXPECT_FALSE(f.finalizers_seen);
   }
+}
+
+// Real nesting is read through up to the cap: a custom resource's managedFields (sorted before
+// resourceVersion) as deep as 128 levels in all still lets resourceVersion be read; one level
+// more ends the read inside managedFields, where it stands (generation read, the version not).
+TEST(ObjectFactsTest, NestingUpToTheCapIsReadThrough) {
+  auto body_nested = [](int levels) {
+    // Depths: the object 1, metadata 2, managedFields 3, its entry 4, fieldsV1 5 and on (the
+    // innermost {} at `levels`).
+    std::string fields;
+    for (int i = 0; i < levels - 5; ++i) fields += R"({"f:spec":)";
+    fields += "{}";
+    for (int i = 0; i < levels - 5; ++i) fields += "}";
+    return R"({"apiVersion":"example.com/v1","kind":"Widget","metadata":{"generation":3,)"
+           R"("managedFields":[{"fieldsV1":)" + fields + R"(}],"name":"w","resourceVersion":"77"},)"
+           R"("spec":{}})";
+  };
+  ResponseFacts f;
+  EXPECT_EQ(ParseObjectFacts(body_nested(128), &f).result, BodyFactsResult::kObject);
+  EXPECT_EQ(f.resource_version, "77");
+  EXPECT_EQ(f.generation, 3);
+
+  EXPECT_EQ(ParseObjectFacts(body_nested(129), &f).result, BodyFactsResult::kObject);
+  EXPECT_EQ(f.resource_version, "");
+  EXPECT_EQ(f.generation, 3);
 }
 
 // A finalizer that is not UTF-8 (it would become a label value) ends the read there: the list
