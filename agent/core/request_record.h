@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/core/strings.h"
 #include "agent/core/tcp_endpoint.h"
 
 namespace stormwatch {
@@ -277,7 +278,7 @@ struct RequestRecord {
   void Clear() {
     pid = stream_id = 0;
     conn_id = start_ns = end_ns = 0;
-    protocol.assign("HTTP/2");
+    SetField(protocol, "HTTP/2");
     peer_address.reset();
     local_address.reset();
     method.clear();

@@ -592,16 +592,9 @@ RequestInfo ParseRequestInfo(std::string_view method, std::string_view path_and_
 
 namespace {
 
-// `field` = `value`, the buffer kept: cheaper than operator= (libstdc++'s _M_replace handles
-// overlapping sources, which these never are), and this runs ten times per request.
-void Set(std::string& field, std::string_view value) {
-  field.clear();
-  field.append(value.data(), value.size());
-}
-
 // A kube verb upstream's rules name, as both the string and the number.
 void SetVerb(RequestInfo& info, KubeVerb kind) {
-  Set(info.verb, VerbName(kind));
+  SetField(info.verb, VerbName(kind));
   info.verb_kind = kind;
 }
 
@@ -624,7 +617,7 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   // not parse never reaches the apiserver, so keep it raw.
   info.Clear();
   if (!PercentDecodeInto(raw_path, /*plus_is_space=*/false, info.path)) info.path.assign(raw_path);
-  Set(info.verb, method);
+  SetField(info.verb, method);
   for (char& c : info.verb) {  // ASCII, as std::tolower in the C locale (no call per char)
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   }
@@ -634,14 +627,14 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   const auto parts = SplitPath(info.path);
   if (parts.size() < 3) return;
   if (parts[0] != "api" && parts[0] != "apis") return;
-  Set(info.api_prefix, parts[0]);
+  SetField(info.api_prefix, parts[0]);
   size_t i = 1;
   if (info.api_prefix != "api") {  // not groupless: needs group, version and a resource
     if (parts.size() - i < 3) return;
-    Set(info.api_group, parts[i++]);
+    SetField(info.api_group, parts[i++]);
   }
   info.is_resource_request = true;
-  Set(info.api_version, parts[i++]);
+  SetField(info.api_version, parts[i++]);
 
   // /{specialVerb}/* (legacy watch and proxy prefixes).
   if (parts[i] == "proxy" || parts[i] == "watch") {
@@ -666,7 +659,7 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   // what follows the namespace name is one of its own subresources.
   if (parts[i] == "namespaces") {
     if (parts.size() - i > 1) {
-      Set(info.namespace_, parts[i + 1]);
+      SetField(info.namespace_, parts[i + 1]);
       if (parts.size() - i > 2 && parts[i + 2] != "status" && parts[i + 2] != "finalize") {
         i += 2;
       }
@@ -677,9 +670,9 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   if (parts_out) parts_out->assign(p, p + info.parts_count);
 
   // Proxy takes no subresource.
-  if (info.parts_count >= 3 && info.verb_kind != KubeVerb::kProxy) Set(info.subresource, p[2]);
-  if (info.parts_count >= 2) Set(info.name, p[1]);
-  if (info.parts_count >= 1) Set(info.resource, p[0]);
+  if (info.parts_count >= 3 && info.verb_kind != KubeVerb::kProxy) SetField(info.subresource, p[2]);
+  if (info.parts_count >= 2) SetField(info.name, p[1]);
+  if (info.parts_count >= 1) SetField(info.resource, p[0]);
 
   // No name and a GET: a list or a watch, decided by ListOptions from the query.
   if (info.name.empty() && info.verb_kind == KubeVerb::kGet) {
@@ -693,7 +686,7 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
         if (auto terms = ParseFieldSelector(*fs); terms.ok()) {
           if (auto name = RequiresExactMatch(*terms, "metadata.name");
               name && IsValidPathSegmentName(*name)) {
-            Set(info.name, *name);
+            SetField(info.name, *name);
           }
         }
       }
@@ -711,8 +704,8 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
       (info.verb_kind == KubeVerb::kList || info.verb_kind == KubeVerb::kWatch ||
        info.verb_kind == KubeVerb::kDeleteCollection)) {
     const auto& q = parsed_query();
-    if (const std::string* v = FirstValue(q, "fieldSelector")) Set(info.field_selector, *v);
-    if (const std::string* v = FirstValue(q, "labelSelector")) Set(info.label_selector, *v);
+    if (const std::string* v = FirstValue(q, "fieldSelector")) SetField(info.field_selector, *v);
+    if (const std::string* v = FirstValue(q, "labelSelector")) SetField(info.label_selector, *v);
   }
 }
 

@@ -125,13 +125,13 @@ void RequestPipeline::OnHttp1Exchange(const Http1Exchange& x) {
     r.local_address = ends.local;
     r.peer_address = ends.peer;
   }
-  r.method.assign(x.method);
-  r.path.assign(x.path);
-  r.content_type.assign(x.content_type);
+  SetField(r.method, x.method);
+  SetField(r.path, x.path);
+  SetField(r.content_type, x.content_type);
   r.status = x.status;
   r.response_bytes = x.response_bytes;
-  r.response.priority_level_uid.assign(x.priority_level_uid);
-  r.response.flow_schema_uid.assign(x.flow_schema_uid);
+  SetField(r.response.priority_level_uid, x.priority_level_uid);
+  SetField(r.response.flow_schema_uid, x.flow_schema_uid);
   r.response.retry_after_s = x.retry_after_s;
   r.response_body_prefix = x.body_prefix;
   r.identity = Resolve({.pid = x.tgid, .conn = x.conn, .http1 = true}, x.authorization,

@@ -1,4 +1,6 @@
 #include "agent/protocol/http1_stream.h"
+
+#include "agent/core/strings.h"
 #include "agent/protocol/http1_parser.h"
 
 #include <absl/container/inlined_vector.h>
@@ -446,10 +448,10 @@ void Http1Connections::OnRequestHead(Connection& c, const std::optional<RequestH
   }
   PendingRequest& r = PushPending(c);
   r.start_ns = start_ns;
-  r.method.assign(parsed->method);
-  r.path.assign(parsed->target);
-  r.content_type.assign(parsed->content_type);
-  r.user_agent.assign(parsed->user_agent);
+  SetField(r.method, parsed->method);
+  SetField(r.path, parsed->target);
+  SetField(r.content_type, parsed->content_type);
+  SetField(r.user_agent, parsed->user_agent);
   AppendWiping(r.authorization, parsed->authorization);  // empty: wiped when it was popped
   r.head_request = parsed->method == "HEAD";
   r.connect = parsed->method == "CONNECT";

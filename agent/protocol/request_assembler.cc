@@ -48,9 +48,9 @@ void RequestAssembler::OnRequest(const H2RequestEvent& ev) {
   r.peer_address = ev.peer_address;
   r.stream_id = ev.stream_id;
   r.start_ns = ev.ts_ns;
-  r.method.assign(method);
-  r.path.assign(path);
-  r.content_type.assign(content_type);
+  SetField(r.method, method);
+  SetField(r.path, path);
+  SetField(r.content_type, content_type);
   // The token is read here and not kept: only the identity it resolves to is.
   if (IdentityRef identity = resolver_({.pid = ev.tgid,
                                         .conn = ev.conn,
@@ -113,8 +113,8 @@ RequestRecord* RequestAssembler::OnResponse(const H2ResponseEvent& ev) {
   // A handler that wrote no header gets net/http's implicit 200 when it returns.
   r.status = ev.status == 0 ? 200 : static_cast<int>(ev.status);
   r.response_bytes = ev.wrote_bytes > 0 ? static_cast<uint64_t>(ev.wrote_bytes) : 0;
-  r.response.priority_level_uid.assign(ev.priority_level_uid);
-  r.response.flow_schema_uid.assign(ev.flow_schema_uid);
+  SetField(r.response.priority_level_uid, ev.priority_level_uid);
+  SetField(r.response.flow_schema_uid, ev.flow_schema_uid);
   r.response.retry_after_s = ParseRetryAfter(ev.retry_after);
   r.response_body_prefix = ev.body_prefix;
   return &r;
