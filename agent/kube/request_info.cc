@@ -405,10 +405,10 @@ class LabelParser {
 }  // namespace
 
 bool PercentDecodeInto(std::string_view s, bool plus_is_space, std::string& out) {
-  // Most paths and query values have nothing to decode: one copy.
+  // Most paths and query values have nothing to decode: one copy (`s` never views `out`).
   if (s.find('%') == std::string_view::npos &&
       (!plus_is_space || s.find('+') == std::string_view::npos)) {
-    out.assign(s);
+    SetField(out, s);
     return true;
   }
   out.clear();
@@ -616,7 +616,7 @@ void ParseTargetInto(std::string_view method, std::string_view raw_path,
   // has it, the strings' buffers kept. Go's URL.Path is the decoded path; a target Go could
   // not parse never reaches the apiserver, so keep it raw.
   info.Clear();
-  if (!PercentDecodeInto(raw_path, /*plus_is_space=*/false, info.path)) info.path.assign(raw_path);
+  if (!PercentDecodeInto(raw_path, /*plus_is_space=*/false, info.path)) SetField(info.path, raw_path);
   SetField(info.verb, method);
   for (char& c : info.verb) {  // ASCII, as std::tolower in the C locale (no call per char)
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');

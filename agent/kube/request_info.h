@@ -37,6 +37,7 @@ constexpr bool IsRead(KubeVerb v) {
 // `plus_is_space` selects query semantics ('+' decodes to ' ').
 std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space);
 // The same into `out` (its buffer reused); false, `out` unspecified, on a malformed escape.
+// `s` must not view `out`.
 bool PercentDecodeInto(std::string_view s, bool plus_is_space, std::string& out);
 
 // Go's url.ParseQuery: pairs in order, keys and values decoded; pairs that Go drops
