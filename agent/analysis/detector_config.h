@@ -78,7 +78,8 @@ struct StuckFinalizersConfig {
   int steady_writer_writes = 5;  // "steadily": at least this many writes in writer_lookback_s
   int resolve_s = 60;            // no object stuck for this long
   size_t max_objects = 100'000;  // terminating objects, and objects' last writers, each
-  size_t max_writers = 4096;
+  size_t writers_per_resource = 16;     // its top writers by count (Space-Saving)
+  size_t max_writing_clients = 16'384;  // clients whose identity is kept (packed) to name them
   size_t max_resources = 1024;
   AllowList allow;
 };

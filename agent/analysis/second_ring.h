@@ -4,16 +4,25 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace stormwatch {
 
-template <typename T>
+// kInline > 0: that many seconds held in the object itself, no allocation (for rings made
+// and reset in bulk, e.g. in the slots of a Space-Saving sketch, whose takeover assigns T{}).
+template <typename T, size_t kInline = 0>
 class SecondRing {
  public:
-  explicit SecondRing(size_t seconds) : slots_(std::max<size_t>(seconds, 1)) {}
+  explicit SecondRing(size_t seconds)
+    requires(kInline == 0)
+      : slots_(std::max<size_t>(seconds, 1)) {}
+  SecondRing()
+    requires(kInline > 0)
+  = default;
 
   // The slot of second `s`, advancing the ring (and clearing skipped seconds) when `s` is
   // newer than any seen; nullptr when `s` is older than the ring keeps.
@@ -85,7 +94,7 @@ class SecondRing {
     return std::max(head_ - static_cast<int64_t>(slots_.size()) + 1, valid_from_);
   }
 
-  std::vector<T> slots_;
+  std::conditional_t<kInline == 0, std::vector<T>, std::array<T, kInline>> slots_{};
   int64_t head_ = INT64_MIN / 2;
   int64_t valid_from_ = INT64_MIN / 2;  // seconds before it read as T{}
 };

@@ -10,11 +10,8 @@
 namespace stormwatch {
 namespace {
 
-constexpr int kWriterBuckets = 10;  // the writer lookback, cut into this many coarse buckets
 constexpr size_t kExamples = 5;
 constexpr int kDeleteRateWindowS = 60;
-// Clients whose packed identity is kept, per writer entry: a client writes several resources.
-constexpr size_t kPackedClientsPerWriter = 4;
 
 double Round2(double v) { return std::round(v * 100) / 100; }
 int64_t Seconds(int64_t ns) { return ns / kNsPerSecond; }
@@ -41,8 +38,7 @@ StuckFinalizersDetector::StuckFinalizersDetector(StuckFinalizersConfig config)
       writer_bucket_s_(1),
       terminating_(config_.max_objects),
       last_writes_(config_.max_objects),
-      writers_(config_.max_writers),
-      packed_clients_(kPackedClientsPerWriter * config_.max_writers),
+      packed_clients_(config_.max_writing_clients),
       resources_(config_.max_resources) {
   config_.stuck_after_s = std::max(config_.stuck_after_s, 1);
   config_.min_stuck_objects = std::max(config_.min_stuck_objects, 1);
@@ -57,7 +53,7 @@ StuckFinalizersDetector::Resource& StuckFinalizersDetector::TouchResource(
   return resources_.FindOrInsert(
       key,
       [&] {
-        Resource fresh;
+        Resource fresh(config_.writers_per_resource);
         fresh.api_group = r.info.api_group;
         fresh.resource = r.info.resource;
         return fresh;
@@ -77,22 +73,20 @@ void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordK
                                            bool allowed, int64_t now_ns) {
   const bool object = !r.info.name.empty();
   if (!allowed) {
-    TouchResource(r, keys.resource, now_ns);
-    Writer& w = writers_.FindOrInsert(
-        CombineKeys(keys.resource, keys.client),
-        [&] {
-          Writer fresh(kWriterBuckets);
-          fresh.Reset(PackedWriter(r, keys.client), keys.resource);
-          return fresh;
-        },
-        [](uint64_t, Writer&) {},
-        [&](Writer& reused) { reused.Reset(PackedWriter(r, keys.client), keys.resource); });
-    // SecondBuckets counts per second of its argument: a coarser clock gives coarser buckets.
-    w.writes.Add(now_ns / writer_bucket_s_);
-    w.last_write_ns = std::max(w.last_write_ns, now_ns);
+    Resource& res = TouchResource(r, keys.resource, now_ns);
+    const size_t tracked = res.writers.size();
+    Writer* w = res.writers.Add(keys.client);
+    if (w == nullptr) return;  // writers_per_resource 0: none kept
+    if (w->last_write_ns == kNever) {  // a fresh slot: a new one, or one taken over
+      if (res.writers.size() == tracked) ++writer_takeovers_;
+      w->packed_identity = PackedWriter(r, keys.client);
+    }
+    // The ring counts per "second" of its argument: a coarser clock gives coarser buckets.
+    if (uint32_t* bucket = w->writes.Slot(now_ns / kNsPerSecond / writer_bucket_s_)) ++*bucket;
+    w->last_write_ns = std::max(w->last_write_ns, now_ns);
     if (object) {
       last_writes_.FindOrInsert(keys.object, [] { return LastWrite{}; },
-                                [](uint64_t, LastWrite&) {}) = {w.packed_identity, now_ns};
+                                [](uint64_t, LastWrite&) {}) = {w->packed_identity, now_ns};
     }
   }
   const ResponseFacts& f = r.response;
@@ -148,28 +142,29 @@ void StuckFinalizersDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       [](uint64_t, Terminating&) {});
 }
 
-double StuckFinalizersDetector::WritesInLookback(const Writer& w) const {
-  return w.writes.Sum(w.last_write_ns / writer_bucket_s_ / kNsPerSecond, kWriterBuckets);
+uint32_t StuckFinalizersDetector::WritesInLookback(const Writer& w) const {
+  const int64_t last = w.last_write_ns / kNsPerSecond / writer_bucket_s_;
+  uint32_t writes = 0;
+  w.writes.ForEachIn(last - kWriterBuckets + 1, last, [&](uint32_t n) { writes += n; });
+  return writes;
 }
 
-StormEvidence StuckFinalizersDetector::BuildEvidence(const Resource& res,
-                                                     uint64_t resource_key,
-                                                     const Stuck& stuck, int64_t now_ns) const {
+StormEvidence StuckFinalizersDetector::BuildEvidence(const Resource& res, const Stuck& stuck,
+                                                     int64_t now_ns) const {
   // The silent controller: steady before, silent now, while deletes kept coming.
   const Writer* silent = nullptr;
-  double silent_writes = 0;
-  for (const auto& [key, w] : writers_) {
-    if (w.resource_key != resource_key) continue;
-    if (now_ns - w.last_write_ns < config_.silent_after_s * kNsPerSecond) continue;
-    if (res.last_delete_ns <= w.last_write_ns) continue;
-    const double writes = WritesInLookback(w);
-    if (writes < config_.steady_writer_writes) continue;
+  uint32_t silent_writes = 0;
+  res.writers.ForEach([&](uint64_t, uint64_t, uint64_t, const Writer& w) {
+    if (now_ns - w.last_write_ns < config_.silent_after_s * kNsPerSecond) return;
+    if (res.last_delete_ns <= w.last_write_ns) return;
+    const uint32_t writes = WritesInLookback(w);
+    if (writes < static_cast<uint32_t>(config_.steady_writer_writes)) return;
     if (!silent || writes > silent_writes ||
         (writes == silent_writes && w.last_write_ns > silent->last_write_ns)) {
       silent = &w;
       silent_writes = writes;
     }
-  }
+  });
 
   nlohmann::json examples = nlohmann::json::array();
   for (const Terminating* t : stuck.oldest) {
@@ -260,13 +255,13 @@ std::vector<StormTransition> StuckFinalizersDetector::Evaluate(int64_t now_ns) {
     if (!res.alert.firing()) {
       if (!s || s->count < static_cast<size_t>(config_.min_stuck_objects)) continue;
       res.calm_since_ns = -1;
-      out.push_back(res.alert.Fire(BuildEvidence(res, key, *s, now_ns),
+      out.push_back(res.alert.Fire(BuildEvidence(res, *s, now_ns),
                                    s->oldest.front()->since_ns, now_ns));
       continue;
     }
     if (s) {
       res.calm_since_ns = -1;
-      res.alert.Refresh(BuildEvidence(res, key, *s, now_ns));
+      res.alert.Refresh(BuildEvidence(res, *s, now_ns));
       continue;
     }
     // Calm from the first Evaluate that found nothing stuck: being stuck is a state, not a
@@ -284,10 +279,12 @@ std::vector<StormEvidence> StuckFinalizersDetector::Active() const {
 }
 
 DetectorStats StuckFinalizersDetector::Stats() const {
+  size_t writers = 0;
+  for (const auto& [key, res] : resources_) writers += res.writers.size();
   return {observed_,
-          terminating_.evictions() + last_writes_.evictions() + writers_.evictions() +
+          terminating_.evictions() + last_writes_.evictions() + writer_takeovers_ +
               resources_.evictions() + orphans_dropped_,
-          terminating_.size() + last_writes_.size() + writers_.size() + resources_.size()};
+          terminating_.size() + last_writes_.size() + writers + resources_.size()};
 }
 
 }  // namespace stormwatch

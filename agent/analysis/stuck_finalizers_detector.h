@@ -7,17 +7,20 @@
 // it, or by a DELETE response that shows it gone. Objects terminating for >= stuck_after_s are
 // stuck; min_stuck_objects stuck objects fire; resolve_s with no stuck object resolve.
 //
-// Who should have removed the finalizers: writers (update/patch) of each resource are tracked;
-// one that wrote steadily (>= steady_writer_writes in writer_lookback_s) and has written
-// nothing for silent_after_s while DELETEs kept arriving is the silent controller, named as
-// the storm's identity; without one, the last identity that wrote any of the stuck objects.
-// The allow list keeps identities from marking objects and from being named, but their writes
-// still clear finalizers (an object's facts are facts whoever wrote them).
+// Who should have removed the finalizers: each resource keeps its top writers (update/patch)
+// by count, writers_per_resource of them (Space-Saving: a client not among them takes the
+// smallest count's place, so the controller that wrote most stays however many light writers
+// come after it, and its count does not decay while it is silent). One that wrote steadily
+// (>= steady_writer_writes of its own in writer_lookback_s) and has written nothing for
+// silent_after_s while DELETEs kept arriving is the silent controller, named as the storm's
+// identity; without one, the last identity that wrote any of the stuck objects. The allow list
+// keeps identities from marking objects and from being named, but their writes still clear
+// finalizers (an object's facts are facts whoever wrote them).
 //
 // State is bounded: max_objects terminating objects (oldest dropped first), max_objects
-// objects' last writers, max_writers writers (and the packed identities of 4 x max_writers
-// writing clients) and max_resources resources (least recently seen dropped first; a firing
-// resource dropped is Resolved). Not thread-safe.
+// objects' last writers, writers_per_resource writers of each of max_resources resources
+// (least recently seen dropped first; a firing resource dropped is Resolved) and the packed
+// identities of max_writing_clients writing clients. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +29,10 @@
 #include <vector>
 
 #include "agent/core/bounded_lru.h"
+#include "agent/core/space_saving.h"
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/packed_identity.h"
+#include "agent/analysis/second_ring.h"
 #include "agent/analysis/storm.h"
 #include "agent/analysis/storm_lifecycle.h"
 
@@ -63,56 +68,51 @@ class StuckFinalizersDetector final : public StormDetector {
     PackedIdentity identity;
     int64_t at_ns = 0;
   };
+  static constexpr int kWriterBuckets = 10;  // the writer lookback, cut into this many
+  static constexpr int64_t kNever = INT64_MIN;
+  // One of a resource's top writers: its sketch slot's payload, made afresh (nothing
+  // allocated) when another client takes the slot over.
   struct Writer {
-    explicit Writer(size_t buckets) : writes(buckets) {}
-    // Packed once, shared by the objects it writes; unpacked only to name a silent controller
-    // (no shared identity kept alive, none swapped on each reuse of the entry).
+    // Packed once per client, shared by its slots and the objects it writes; unpacked only to
+    // name a silent controller.
     PackedIdentity packed_identity;
-    uint64_t resource_key = 0;
-    SecondBuckets writes;  // in coarse buckets of writer_bucket_s_ seconds, not 1 s
-    int64_t last_write_ns = 0;
-
-    // As a new writer (`who`, packed) on `resource`, its ring kept (BoundedLru's reuse).
-    void Reset(const PackedIdentity& who, uint64_t resource) {
-      packed_identity = who;
-      resource_key = resource;
-      writes.Clear();
-      last_write_ns = 0;
-    }
+    int64_t last_write_ns = kNever;  // kNever: the slot is fresh (new, or just taken over)
+    // Its own writes (not the count a takeover inherits), per coarse bucket of
+    // writer_bucket_s_ seconds.
+    SecondRing<uint32_t, kWriterBuckets> writes;
   };
   struct Resource {
-    Resource() : deletes(61) {}
+    explicit Resource(size_t max_writers) : deletes(61), writers(max_writers) {}
     std::string api_group;
     std::string resource;
     SecondBuckets deletes;  // the last minute, for deletes/s
     int64_t last_delete_ns = INT64_MIN;
     StormAlert alert{ResolvedEvidence::kLatest};
     int64_t calm_since_ns = -1;  // while firing: since when no object is stuck
+    SpaceSaving<Writer, uint64_t> writers;  // its top writers, by RecordKeys::client
   };
   struct Stuck;  // per-resource aggregate of one Evaluate
 
   // `r`'s identity packed, once per client while the client stays among the last
-  // kPackedClientsPerWriter * max_writers: (resource, client) writers outnumber max_writers at
-  // 10,000 clients, so nearly every write takes over an entry and would otherwise pack (and
-  // allocate) afresh.
+  // max_writing_clients: light writers take over sketch slots on most of their writes, and
+  // would otherwise pack (and allocate) afresh each time.
   const PackedIdentity& PackedWriter(const RequestRecord& r, uint64_t client_key);
   Resource& TouchResource(const RequestRecord& r, uint64_t key, int64_t now_ns);
   void ObserveWrite(const RequestRecord& r, const RecordKeys& keys, bool allowed, int64_t now_ns);
-  double WritesInLookback(const Writer& w) const;
-  StormEvidence BuildEvidence(const Resource& res, uint64_t resource_key,
-                              const Stuck& stuck, int64_t now_ns) const;
+  uint32_t WritesInLookback(const Writer& w) const;
+  StormEvidence BuildEvidence(const Resource& res, const Stuck& stuck, int64_t now_ns) const;
 
   StuckFinalizersConfig config_;
   int64_t writer_bucket_s_;  // writer_lookback_s / kWriterBuckets, rounded up
   // Keyed by RecordKeys: objects, resources, and (resource, client) for writers.
   BoundedLru<uint64_t, Terminating> terminating_;  // front = newest mark
   BoundedLru<uint64_t, LastWrite> last_writes_;    // by object
-  BoundedLru<uint64_t, Writer> writers_;           // by (resource, client)
   BoundedLru<uint64_t, PackedIdentity> packed_clients_;  // by RecordKeys::client
   BoundedLru<uint64_t, Resource> resources_;
   EvictedAlerts evicted_;
   uint64_t observed_ = 0;
   uint64_t orphans_dropped_ = 0;  // terminating objects whose resource was evicted
+  uint64_t writer_takeovers_ = 0;  // sketch slots taken over by another client
 };
 
 }  // namespace stormwatch

@@ -81,6 +81,7 @@ const Range kWeight{1, 1000};
 const Range kWindow{1, 3600};
 const Range kLongWindow{1, 86400};  // timestamps only, no buckets
 const Range kTracked{1, 10'000'000};  // keys, objects, clients held in memory
+const Range kPerKey{1, 1024};         // slots kept per key (each key's own small sketch)
 const Range kCount{1, 1'000'000};
 const Range kPid{1, 4'194'304};  // PID_MAX_LIMIT
 
@@ -470,7 +471,8 @@ Schema BuildSchema() {
       .Number("steady_writer_writes", &StuckFinalizersConfig::steady_writer_writes, kCount)
       .Number("resolve_s", &StuckFinalizersConfig::resolve_s, kLongWindow)
       .Number("max_objects", &StuckFinalizersConfig::max_objects, kTracked)
-      .Number("max_writers", &StuckFinalizersConfig::max_writers, kTracked)
+      .Number("writers_per_resource", &StuckFinalizersConfig::writers_per_resource, kPerKey)
+      .Number("max_writing_clients", &StuckFinalizersConfig::max_writing_clients, kTracked)
       .Number("max_resources", &StuckFinalizersConfig::max_resources, kTracked)
       .Allow();
 

@@ -209,7 +209,7 @@ DetectorsConfig Limits(bool sized) {
   d.conflict_storm.max_keys = kClientKeys;
   d.conflict_storm.max_objects = kObjects;
   d.throttled_client.max_clients = 2 * kClients;
-  d.stuck_finalizers.max_writers = kClientKeys;
+  d.stuck_finalizers.max_writing_clients = 2 * kClients;
   d.relist_churn.max_keys = kClientKeys;
   d.etcd_range_storm.max_list_clients = kClientKeys;
   return d;

@@ -277,6 +277,65 @@ TEST(StuckFinalizersTest, SilentControllerNeedsSteadinessSilenceAndLaterDeletes)
             kController.user);
 }
 
+// At scale many clients write each resource: kubelets on pods, one-off scripts, other
+// controllers. While the controller is silent, 6,000 other clients write its resource once
+// each and 6,000 write another resource. The controller's 1,000 writes keep it among the
+// resource's top writers; light writers only take over each other's entries.
+TEST(StuckFinalizersTest, SilentControllerOutlastsManyLightWriters) {
+  StuckFinalizersDetector det;
+  DetectorSim sim(det);
+  std::vector<Event> events = SteadyController(0, 100 * kSec);
+  events.push_back({5 * kSec, Write(Sa("ops", "helper"), "d-0", kCleanup, false)});
+  events.push_back({120 * kSec, Delete(kAlice, "d-0")});
+  for (int i = 0; i < 6000; ++i) {
+    const int64_t at = 110 * kSec + i * (kSec / 20);  // 110 .. 410 s
+    const Identity light = Sa("tenants", "script-" + std::to_string(i));
+    events.push_back({at, Write(light, "x-" + std::to_string(i), kCleanup, false)});
+    RequestRecord other = sim::Request(
+        light, "PATCH", "/apis/example.com/v1/namespaces/team-a/backups/b-" + std::to_string(i));
+    events.push_back({at, other});
+  }
+  sim.Run(std::move(events), 421 * kSec);
+  auto firing = sim.Of(StormState::kFiring);
+  ASSERT_EQ(firing.size(), 1u);
+  const StormEvidence& e = firing[0].evidence;
+  EXPECT_EQ(firing[0].at_ns, 420 * kSec);
+  EXPECT_EQ(e.identity.user, kController.user);
+  EXPECT_EQ(e.details["silent_controller"], kController.user);
+  EXPECT_EQ(e.details["silent_controller_writes"], 1000.0);
+  EXPECT_EQ(e.details["last_writer"], "system:serviceaccount:ops:helper");
+}
+
+// The bound, both sides: with 4 slots the light writers cycle through the 3 the controller
+// does not hold (the helper's one write took one first), each taking the smallest count + 1,
+// so their 3 counts sum to 1 + the light writes. The controller's 100 writes keep it until
+// those counts all reach 100 (299 light writes); the next one, tied with it at 100, pushes
+// it out (among equal counts the longest held goes) like any other writer.
+TEST(StuckFinalizersTest, ControllerKeptUntilLightWritesOutweighIt) {
+  auto named = [](int light_writers) {
+    StuckFinalizersConfig config;
+    config.writers_per_resource = 4;
+    StuckFinalizersDetector det(config);
+    DetectorSim sim(det);
+    std::vector<Event> events =
+        Every(Write(kController, "c-0", kCleanup, false), kSec, 0, 100 * kSec);
+    events.push_back({5 * kSec, Write(Sa("ops", "helper"), "d-0", kCleanup, false)});
+    events.push_back({120 * kSec, Delete(kAlice, "d-0")});
+    for (int i = 0; i < light_writers; ++i) {
+      events.push_back({110 * kSec + i * (kSec / 10),
+                        Write(Sa("tenants", "script-" + std::to_string(i)),
+                              "x-" + std::to_string(i), kCleanup, false)});
+    }
+    sim.Run(std::move(events), 421 * kSec);
+    auto firing = sim.Of(StormState::kFiring);
+    return firing.size() == 1 ? firing[0].evidence.identity.user : std::string("no storm");
+  };
+  EXPECT_EQ(named(250), kController.user);
+  EXPECT_EQ(named(299), kController.user);
+  EXPECT_EQ(named(300), "system:serviceaccount:ops:helper");
+  EXPECT_EQ(named(1000), "system:serviceaccount:ops:helper");
+}
+
 TEST(StuckFinalizersTest, AllowListedIdentitiesNeitherMarkNorAreNamedButStillClear) {
   StuckFinalizersConfig config;
   config.allow.users = {"system:serviceaccount:kube-system:*"};
@@ -304,7 +363,7 @@ TEST(StuckFinalizersTest, AllowListedIdentitiesNeitherMarkNorAreNamedButStillCle
 TEST(StuckFinalizersTest, StateIsBounded) {
   StuckFinalizersConfig config;
   config.max_objects = 100;
-  config.max_writers = 10;
+  config.writers_per_resource = 10;
   StuckFinalizersDetector det(config);
   for (int i = 0; i < 1000; ++i) {
     det.Observe(Delete(kAlice, "d-" + std::to_string(i)), i * kSec / 10);
@@ -322,12 +381,13 @@ TEST(StuckFinalizersTest, StateIsBounded) {
   EXPECT_EQ(transitions[0].evidence.details["examples"][0]["name"], "d-900");
 }
 
-// More (resource, client) writers than max_writers: nearly every write takes over an entry,
-// as at 10,000 clients. The entry is given its client's identity packed before, not packed
-// (allocated) again, so a write allocates nothing once its client and object are known.
-TEST(StuckFinalizersTest, WritesThatTakeOverWriterEntriesAllocateNothing) {
+// More writers of a resource than writers_per_resource, each as light as the others: every
+// write takes over a slot, as light writers do at 10,000 clients. The slot is given its
+// client's identity packed before, not packed (allocated) again, so a write allocates nothing
+// once its client and object are known.
+TEST(StuckFinalizersTest, WritesThatTakeOverWriterSlotsAllocateNothing) {
   StuckFinalizersConfig config;
-  config.max_writers = 4;
+  config.writers_per_resource = 4;
   StuckFinalizersDetector det(config);
   std::vector<RequestRecord> writes;
   for (const char* resource : {"databases", "backups", "restores"}) {
@@ -348,7 +408,7 @@ TEST(StuckFinalizersTest, WritesThatTakeOverWriterEntriesAllocateNothing) {
   observe_all();  // clients, objects and writer entries made
   const uint64_t evictions = det.Stats().evictions;
   EXPECT_EQ(testing::AllocationsDuring(observe_all), 0u);
-  // Every write of the second pass took over a writer entry (30 pairs, 4 entries).
+  // Every write of the second pass took over a writer slot (10 clients a resource, 4 slots).
   EXPECT_EQ(det.Stats().evictions - evictions, writes.size());
 }
 
