@@ -127,18 +127,27 @@ class SpaceSaving {
   void Link(uint32_t i, uint32_t after);
   // Moves slot `i` (in a bucket) to `count` (larger than its own).
   void Raise(uint32_t i, uint64_t count);
-  // A small sketch's slot for a key not tracked: a free one, else the smallest (count, seq).
-  uint32_t ScanVictim() const {
-    uint32_t victim = kNone;
+  // A small sketch's slot of `key`, else the slot a key not tracked takes: the first free one,
+  // else the smallest (count, seq). One pass: a full sketch missing the key (a light writer
+  // among many) reads each slot once, not once to find and once to replace.
+  uint32_t FindOrVictim(KeyArg key) const {
+    uint32_t free = kNone, victim = kNone;
+    size_t left = used_;  // used slots not yet read: none left and a free one seen, stop
     for (uint32_t i = 0; i < slots_.size(); ++i) {
       const Slot& slot = slots_[i];
-      if (slot.bucket == kNone) return i;
+      if (slot.bucket == kNone) {
+        if (free == kNone) free = i;
+        if (left == 0) break;
+        continue;
+      }
+      if (slot.key == key) return i;
+      --left;
       if (victim == kNone || slot.count < slots_[victim].count ||
           (slot.count == slots_[victim].count && slot.seq < slots_[victim].seq)) {
         victim = i;
       }
     }
-    return victim;
+    return free != kNone ? free : victim;
   }
   // Every slot and bucket free (buckets_ sized).
   void FreeAll() {
@@ -238,24 +247,22 @@ Payload* SpaceSaving<Payload, Key>::Add(KeyArg key, uint64_t amount) {
     uint32_t i = last_added_ != kNone && slots_[last_added_].bucket != kNone &&
                          slots_[last_added_].key == key
                      ? last_added_
-                     : Find(key);
-    if (i == kNone) {
-      i = ScanVictim();
-      if (i == kNone) return nullptr;  // capacity 0
-      Slot& slot = slots_[i];
-      if (slot.bucket == kNone) {
-        ++used_;
-        slot.bucket = kScanned;
-      } else {  // the newcomer inherits the smallest count as its possible over-estimate
-        slot.error = slot.count;
-        slot.payload = Payload{};
-      }
+                     : FindOrVictim(key);
+    if (i == kNone) return nullptr;  // capacity 0
+    Slot& slot = slots_[i];
+    if (slot.bucket == kNone) {  // a free slot
+      ++used_;
+      slot.bucket = kScanned;
+      SetKey(i, key);
+    } else if (slot.key != key) {  // the newcomer inherits the smallest count as its error
+      slot.error = slot.count;
+      slot.payload = Payload{};
       SetKey(i, key);
     }
-    slots_[i].count += amount;
-    slots_[i].seq = next_seq_++;
+    slot.count += amount;
+    slot.seq = next_seq_++;
     last_added_ = i;
-    return &slots_[i].payload;
+    return &slot.payload;
   }
   if (const uint32_t found = Find(key); found != kNone) {
     Raise(found, slots_[found].count + amount);
