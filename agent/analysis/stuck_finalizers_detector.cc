@@ -45,6 +45,7 @@ StuckFinalizersDetector::StuckFinalizersDetector(StuckFinalizersConfig config)
   config_.writer_lookback_s = std::max(config_.writer_lookback_s, 1);
   config_.silent_after_s = std::max(config_.silent_after_s, 1);
   config_.resolve_s = std::max(config_.resolve_s, 1);
+  config_.writers_per_resource = std::max<size_t>(config_.writers_per_resource, 1);
   writer_bucket_s_ = (config_.writer_lookback_s + kWriterBuckets - 1) / kWriterBuckets;
 }
 
@@ -75,18 +76,17 @@ void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordK
   if (!allowed) {
     Resource& res = TouchResource(r, keys.resource, now_ns);
     const size_t tracked = res.writers.size();
-    Writer* w = res.writers.Add(keys.client);
-    if (w == nullptr) return;  // writers_per_resource 0: none kept
-    if (w->last_write_ns == kNever) {  // a fresh slot: a new one, or one taken over
+    Writer& w = *res.writers.Add(keys.client);  // writers_per_resource >= 1: never null
+    if (w.last_write_ns == kNever) {  // a fresh slot: a new one, or one taken over
       if (res.writers.size() == tracked) ++writer_takeovers_;
-      w->packed_identity = PackedWriter(r, keys.client);
+      w.packed_identity = PackedWriter(r, keys.client);
     }
     // The ring counts per "second" of its argument: a coarser clock gives coarser buckets.
-    if (uint32_t* bucket = w->writes.Slot(now_ns / kNsPerSecond / writer_bucket_s_)) ++*bucket;
-    w->last_write_ns = std::max(w->last_write_ns, now_ns);
+    if (uint32_t* bucket = w.writes.Slot(now_ns / kNsPerSecond / writer_bucket_s_)) ++*bucket;
+    w.last_write_ns = std::max(w.last_write_ns, now_ns);
     if (object) {
       last_writes_.FindOrInsert(keys.object, [] { return LastWrite{}; },
-                                [](uint64_t, LastWrite&) {}) = {w->packed_identity, now_ns};
+                                [](uint64_t, LastWrite&) {}) = {w.packed_identity, now_ns};
     }
   }
   const ResponseFacts& f = r.response;

@@ -82,7 +82,7 @@ class StuckFinalizersDetector final : public StormDetector {
     SecondRing<uint32_t, kWriterBuckets> writes;
   };
   struct Resource {
-    explicit Resource(size_t max_writers) : deletes(61), writers(max_writers) {}
+    explicit Resource(size_t top_writers) : deletes(61), writers(top_writers) {}
     std::string api_group;
     std::string resource;
     SecondBuckets deletes;  // the last minute, for deletes/s
