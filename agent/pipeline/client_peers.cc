@@ -165,6 +165,7 @@ nlohmann::json ClientPeers::TopDocument(int64_t now_ns) {
   for (const auto& [client, set] : active_storms_) storms[client] = set;
   return {{"monotonic_s", now_ns / 1e9},
           {"requests", total_requests()},
+          {"untracked_requests", not_admitted()},
           {"clients", std::move(clients)},
           {"active_storms", std::move(storms)}};
 }

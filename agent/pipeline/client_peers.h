@@ -82,8 +82,8 @@ class ClientPeers final : public RecordSink {
   nlohmann::json TopSnapshot(int64_t now_ns, size_t limit = 500,
                              int64_t active_ns = 30'000'000'000);
   // The /debug/top document: {"monotonic_s": the snapshot's time, "requests":
-  // total_requests(), "clients": TopSnapshot's, each with "storms": ["list_storm configmaps",
-  // ...] (active), "active_storms": {client: [...]}}.
+  // total_requests(), "untracked_requests": not_admitted(), "clients": TopSnapshot's, each with
+  // "storms": ["list_storm configmaps", ...] (active), "active_storms": {client: [...]}}.
   nlohmann::json TopDocument(int64_t now_ns);
   // Requests of every client ever observed (cumulative, evicted ones included).
   uint64_t total_requests() const { return total_requests_; }

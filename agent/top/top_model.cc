@@ -20,6 +20,7 @@ Result<AgentSnapshot> ParseAgentSnapshot(const std::string& body) {
     s.time = doc.value("time", 0.0);
     s.monotonic_s = doc["monotonic_s"].get<double>();
     s.requests = doc.value("requests", uint64_t{0});
+    s.untracked_requests = doc.value("untracked_requests", uint64_t{0});
     for (const nlohmann::json& c : doc["clients"]) {
       ClientCounters cc;
       cc.client = c.at("client").get<std::string>();
@@ -92,10 +93,15 @@ void AgentTracker::Update(const Result<std::string>& body) {
   // Clients not listed for five minutes are forgotten (the list is bounded, this map too).
   std::erase_if(seen_, [&](const auto& e) { return snap.monotonic_s - e.second.monotonic_s > 300; });
   total_rate_.reset();
-  if (total_seen_ && snap.monotonic_s > total_seen_->first && snap.requests >= total_seen_->second) {
-    total_rate_ = (snap.requests - total_seen_->second) / (snap.monotonic_s - total_seen_->first);
+  untracked_rate_.reset();
+  if (total_seen_ && snap.monotonic_s > total_seen_->monotonic_s &&
+      snap.requests >= total_seen_->requests &&
+      snap.untracked_requests >= total_seen_->untracked_requests) {
+    const double dt = snap.monotonic_s - total_seen_->monotonic_s;
+    total_rate_ = (snap.requests - total_seen_->requests) / dt;
+    untracked_rate_ = (snap.untracked_requests - total_seen_->untracked_requests) / dt;
   }
-  total_seen_ = {snap.monotonic_s, snap.requests};
+  total_seen_ = Totals{snap.monotonic_s, snap.requests, snap.untracked_requests};
   current_ = std::move(snap);
 }
 
@@ -184,7 +190,7 @@ Frame BuildFrame(const std::vector<AgentTracker>& agents, SortKey sort, const st
   f.sort = sort;
   f.filter = filter;
   std::map<std::string, Row> rows;
-  double total_requests = 0;
+  double total_requests = 0, untracked_requests = 0;
   bool every_total_known = true;
   for (size_t i = 0; i < agents.size(); ++i) {
     const AgentTracker& a = agents[i];
@@ -195,6 +201,7 @@ Frame BuildFrame(const std::vector<AgentTracker>& agents, SortKey sort, const st
     f.time = std::max(f.time, s.time);
     if (auto t = a.total_request_rate()) {
       total_requests += *t;
+      untracked_requests += a.untracked_request_rate().value_or(0);
     } else {
       every_total_known = false;
     }
@@ -232,6 +239,7 @@ Frame BuildFrame(const std::vector<AgentTracker>& agents, SortKey sort, const st
       std::any_of(f.agents.begin(), f.agents.end(), [](const auto& a) { return a.up; })) {
     f.totals.requests = total_requests;
     f.totals_have_rate = true;
+    f.untracked_requests = untracked_requests;
   }
   const std::string needle = Lower(filter);
   for (auto& [client, row] : rows) {
@@ -346,7 +354,13 @@ std::vector<std::string> FormatFrame(const Frame& frame, size_t width, size_t he
   }
   add(head);
   auto rate = [&](double v) { return frame.totals_have_rate ? FormatRate(v) : std::string("-"); };
-  add("total  req/s " + rate(frame.totals.requests) + "  LIST/s " + rate(frame.totals.lists) +
+  // Clients without an entry in an agent (its table full) are counted, not listed: how much of
+  // the traffic the rows cannot show.
+  const std::string untracked =
+      frame.untracked_requests && *frame.untracked_requests > 0
+          ? " (" + FormatRate(*frame.untracked_requests) + " untracked)"
+          : "";
+  add("total  req/s " + rate(frame.totals.requests) + untracked + "  LIST/s " + rate(frame.totals.lists) +
       "  LIST B/s " + (frame.totals_have_rate ? FormatBytes(frame.totals.list_bytes) : "-") +
       "  409/s " + rate(frame.totals.conflicts) + "  429/s " + rate(frame.totals.throttled));
   for (size_t i = 0; i < frame.agents.size(); ++i) {
@@ -442,6 +456,8 @@ nlohmann::json FrameJson(const Frame& frame) {
           {"agents", std::move(agents)},
           {"clients_total", frame.clients_total},
           {"totals", rates(frame.totals, frame.totals_have_rate)},
+          {"untracked_requests_per_second",
+           frame.untracked_requests ? nlohmann::json(*frame.untracked_requests) : nlohmann::json()},
           {"clients", std::move(clients)}};
 }
 

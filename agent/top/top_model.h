@@ -36,6 +36,9 @@ struct AgentSnapshot {
   double time = 0;         // wall clock, Unix seconds
   double monotonic_s = 0;  // the agent's clock when it took the snapshot
   uint64_t requests = 0;   // every client's, cumulative
+  // Of those, the requests of clients the agent kept no entry for (its client table full, the
+  // client no busier than those in it): counted in `requests`, never listed.
+  uint64_t untracked_requests = 0;
   std::vector<ClientCounters> clients;
   std::map<std::string, std::vector<std::string>> active_storms;  // by client
 };
@@ -62,6 +65,7 @@ class AgentTracker {
   // client was in; absent for a client seen once or whose counters went back (restart).
   const std::map<std::string, Rates>& rates() const { return rates_; }
   std::optional<double> total_request_rate() const { return total_rate_; }
+  std::optional<double> untracked_request_rate() const { return untracked_rate_; }
 
  private:
   struct Seen {
@@ -74,8 +78,12 @@ class AgentTracker {
   std::optional<AgentSnapshot> current_;
   std::map<std::string, Seen> seen_;  // per client: its counters when last seen
   std::map<std::string, Rates> rates_;
-  std::optional<double> total_rate_;
-  std::optional<std::pair<double, uint64_t>> total_seen_;
+  std::optional<double> total_rate_, untracked_rate_;
+  struct Totals {
+    double monotonic_s;
+    uint64_t requests, untracked_requests;
+  };
+  std::optional<Totals> total_seen_;
 };
 
 // One client across agents.
@@ -105,6 +113,9 @@ struct Frame {
   size_t clients_total = 0;   // before the filter
   Rates totals;               // of all rows before the filter; requests from the agents' totals
   bool totals_have_rate = false;
+  // Requests/s of clients the agents keep no entry for (in totals.requests, in no row); known
+  // when totals.requests comes from the agents' totals.
+  std::optional<double> untracked_requests;
   struct Agent {
     std::string url, node, error;
     bool up = false;

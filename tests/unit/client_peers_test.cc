@@ -96,6 +96,10 @@ TEST(ClientPeers, AFullTableTakesANewcomerOnlyWhenSeenMoreOftenThanItsLeastRecen
   EXPECT_EQ(peers.TopPeers(sa[3])[0]["requests"], 1);
   EXPECT_EQ(peers.TopPeers(sa[1]).size(), 1u);
   EXPECT_EQ(peers.total_requests(), 5u);
+  // `stormwatch top` is told how many requests came from clients it cannot list.
+  const nlohmann::json doc = peers.TopDocument(5);
+  EXPECT_EQ(doc["requests"], 5);
+  EXPECT_EQ(doc["untracked_requests"], 1);
 }
 
 // More live clients than entries, all alike (round robin): an LRU alone would hand an entry to

@@ -28,9 +28,11 @@ nlohmann::json Client(const std::string& name, uint64_t requests, uint64_t lists
 }
 
 std::string Doc(const std::string& node, double time, double monotonic, uint64_t requests,
-                std::vector<nlohmann::json> clients, nlohmann::json storms = nlohmann::json::object()) {
+                std::vector<nlohmann::json> clients, nlohmann::json storms = nlohmann::json::object(),
+                uint64_t untracked = 0) {
   return nlohmann::json{{"node", node},         {"time", time},       {"monotonic_s", monotonic},
-                        {"requests", requests}, {"clients", clients}, {"active_storms", storms}}
+                        {"requests", requests}, {"clients", clients}, {"active_storms", storms},
+                        {"untracked_requests", untracked}}
       .dump();
 }
 
@@ -42,20 +44,22 @@ std::vector<AgentTracker> ThreeAgents() {
   agents[0].Update(Doc("master-1", kNoon - 2, 100, 1100,
                        {Client(kOperator, 1000, 0, 0, 10, 0, "workload-low"),
                         Client(kScraper, 50, 50, 50 * kMiB, 0, 0, "global-default"),
-                        Client(kKubelet, 50, 0, 0, 0, 0, "system")}));
+                        Client(kKubelet, 50, 0, 0, 0, 0, "system")},
+                       nlohmann::json::object(), /*untracked=*/10));
   agents[0].Update(Doc("master-1", kNoon, 102, 1600,
                        {Client(kOperator, 1400, 0, 0, 30, 0, "workload-low", {"update_loop configmaps"}),
                         Client(kScraper, 90, 90, 90 * kMiB, 0, 0, "global-default"),
                         Client(kKubelet, 52, 0, 0, 0, 0, "system")},
-                       {{kOperator, {"update_loop configmaps"}}}));
+                       {{kOperator, {"update_loop configmaps"}}}, /*untracked=*/60));
   agents[1].Update(Doc("master-2", kNoon - 0.5, 50, 200,
                        {Client(kOperator, 100, 0, 0, 0, 0, "workload-low"),
-                        Client(kKubelet, 100, 0, 0, 0, 0, "node-high")}));
+                        Client(kKubelet, 100, 0, 0, 0, 0, "node-high")},
+                       nlohmann::json::object(), /*untracked=*/5));
   agents[1].Update(Doc("master-2", kNoon + 0.5, 51, 262,
                        {Client(kOperator, 150, 0, 0, 0, 5, "workload-low"),
                         Client(kKubelet, 110, 0, 0, 0, 0, "node-high"),
                         Client(kAdmin, 2, 0, 0, 0, 0, "")},
-                       {{kInformer, {"relist_churn pods"}}}));
+                       {{kInformer, {"relist_churn pods"}}}, /*untracked=*/5));
   agents[2].Update(Error{"Failed to connect to m3 port 9849: Connection refused"});
   return agents;
 }
@@ -75,6 +79,8 @@ TEST(TopModel, RatesPerAgentFromTwoSnapshots) {
   EXPECT_DOUBLE_EQ(m1.at(kScraper).lists, 20);
   EXPECT_DOUBLE_EQ(m1.at(kScraper).list_bytes, 20.0 * kMiB);
   EXPECT_DOUBLE_EQ(*agents[0].total_request_rate(), 250);
+  EXPECT_DOUBLE_EQ(*agents[0].untracked_request_rate(), 25);  // 50 in 2 s
+  EXPECT_DOUBLE_EQ(*agents[1].untracked_request_rate(), 0);
   // Seen once: no rate yet.
   EXPECT_EQ(agents[1].rates().count(kAdmin), 0u);
   EXPECT_DOUBLE_EQ(agents[1].rates().at(kOperator).throttled, 5);
@@ -126,6 +132,8 @@ TEST(TopModel, MergesClientsAcrossAgents) {
   // Totals: requests from the agents' own totals (250 + 62/s, unlisted clients included).
   EXPECT_TRUE(f.totals_have_rate);
   EXPECT_DOUBLE_EQ(f.totals.requests, 312);
+  // Of which from clients an agent keeps no entry for: 25/s on master 1.
+  EXPECT_EQ(f.untracked_requests, 25.0);
   EXPECT_DOUBLE_EQ(f.totals.lists, 20);
   EXPECT_DOUBLE_EQ(f.totals.list_bytes, 20.0 * kMiB);
   EXPECT_DOUBLE_EQ(f.totals.conflicts, 10);
@@ -176,7 +184,7 @@ TEST(TopModel, FormatsTheFrame) {
   std::vector<std::string> lines = FormatFrame(f, 0, 0);
   std::vector<std::string> want = {
       "stormwatch top  2025-12-02 12:00:00 UTC  agents 2/3 up  clients 5  sort requests",
-      "total  req/s 312  LIST/s 20.0  LIST B/s 20.0 MiB  409/s 10.0  429/s 5.0",
+      "total  req/s 312 (25.0 untracked)  LIST/s 20.0  LIST B/s 20.0 MiB  409/s 10.0  429/s 5.0",
       "[1] http://m1:9849/debug/top  up  node master-1",
       "[2] http://m2:9849/debug/top  up  node master-2",
       "[3] http://m3:9849/debug/top  DOWN: Failed to connect to m3 port 9849: Connection refused",
@@ -217,6 +225,7 @@ TEST(TopModel, FrameAsJson) {
     "totals": {"requests_per_second": 312.0, "lists_per_second": 20.0,
                "list_bytes_per_second": 20971520.0, "conflicts_per_second": 10.0,
                "throttled_per_second": 5.0},
+    "untracked_requests_per_second": 25.0,
     "clients": [{"client": "system:serviceaccount:apps:operator",
                  "agents": ["http://m1:9849/debug/top", "http://m2:9849/debug/top"],
                  "requests_per_second": 250.0, "lists_per_second": 0.0,
