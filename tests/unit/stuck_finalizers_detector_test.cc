@@ -280,30 +280,36 @@ TEST(StuckFinalizersTest, SilentControllerNeedsSteadinessSilenceAndLaterDeletes)
 // At scale many clients write each resource: kubelets on pods, one-off scripts, other
 // controllers. While the controller is silent, 6,000 other clients write its resource once
 // each and 6,000 write another resource. The controller's 1,000 writes keep it among the
-// resource's top writers; light writers only take over each other's entries.
+// resource's top writers; light writers only take over each other's entries. With the default
+// 16 writers per resource (a scanned sketch) and with 64 (the sketch's indexed form).
 TEST(StuckFinalizersTest, SilentControllerOutlastsManyLightWriters) {
-  StuckFinalizersDetector det;
-  DetectorSim sim(det);
-  std::vector<Event> events = SteadyController(0, 100 * kSec);
-  events.push_back({5 * kSec, Write(Sa("ops", "helper"), "d-0", kCleanup, false)});
-  events.push_back({120 * kSec, Delete(kAlice, "d-0")});
-  for (int i = 0; i < 6000; ++i) {
-    const int64_t at = 110 * kSec + i * (kSec / 20);  // 110 .. 410 s
-    const Identity light = Sa("tenants", "script-" + std::to_string(i));
-    events.push_back({at, Write(light, "x-" + std::to_string(i), kCleanup, false)});
-    RequestRecord other = sim::Request(
-        light, "PATCH", "/apis/example.com/v1/namespaces/team-a/backups/b-" + std::to_string(i));
-    events.push_back({at, other});
+  for (size_t writers : {16, 64}) {
+    SCOPED_TRACE(writers);
+    StuckFinalizersConfig config;
+    config.writers_per_resource = writers;
+    StuckFinalizersDetector det(config);
+    DetectorSim sim(det);
+    std::vector<Event> events = SteadyController(0, 100 * kSec);
+    events.push_back({5 * kSec, Write(Sa("ops", "helper"), "d-0", kCleanup, false)});
+    events.push_back({120 * kSec, Delete(kAlice, "d-0")});
+    for (int i = 0; i < 6000; ++i) {
+      const int64_t at = 110 * kSec + i * (kSec / 20);  // 110 .. 410 s
+      const Identity light = Sa("tenants", "script-" + std::to_string(i));
+      events.push_back({at, Write(light, "x-" + std::to_string(i), kCleanup, false)});
+      RequestRecord other = sim::Request(
+          light, "PATCH", "/apis/example.com/v1/namespaces/team-a/backups/b-" + std::to_string(i));
+      events.push_back({at, other});
+    }
+    sim.Run(std::move(events), 421 * kSec);
+    auto firing = sim.Of(StormState::kFiring);
+    ASSERT_EQ(firing.size(), 1u);
+    const StormEvidence& e = firing[0].evidence;
+    EXPECT_EQ(firing[0].at_ns, 420 * kSec);
+    EXPECT_EQ(e.identity.user, kController.user);
+    EXPECT_EQ(e.details["silent_controller"], kController.user);
+    EXPECT_EQ(e.details["silent_controller_writes"], 1000.0);
+    EXPECT_EQ(e.details["last_writer"], "system:serviceaccount:ops:helper");
   }
-  sim.Run(std::move(events), 421 * kSec);
-  auto firing = sim.Of(StormState::kFiring);
-  ASSERT_EQ(firing.size(), 1u);
-  const StormEvidence& e = firing[0].evidence;
-  EXPECT_EQ(firing[0].at_ns, 420 * kSec);
-  EXPECT_EQ(e.identity.user, kController.user);
-  EXPECT_EQ(e.details["silent_controller"], kController.user);
-  EXPECT_EQ(e.details["silent_controller_writes"], 1000.0);
-  EXPECT_EQ(e.details["last_writer"], "system:serviceaccount:ops:helper");
 }
 
 // The bound, both sides: with 4 slots the light writers cycle through the 3 the controller
