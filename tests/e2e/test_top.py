@@ -359,6 +359,8 @@ class TopEndToEnd(unittest.TestCase):
         self.assertEqual(got, want)
         self.assertEqual(doc["clients_total"] >= 6, True, doc["clients_total"])
         self.assertEqual(doc["sort"], "requests")
+        # A handful of clients, a table of 4,096: every request is some row's.
+        self.assertEqual(doc["untracked_requests_per_second"], 0, doc)
         self.assertEqual(doc["filter"], "exact-")
         self.assertEqual(doc["agents"], [{"url": self.debug_url(self.agents[0]) + "/debug/top",
                                           "up": True, "node": os.uname().nodename}])
