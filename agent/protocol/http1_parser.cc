@@ -28,18 +28,23 @@ bool EqualsLower(std::string_view s, std::string_view lower) {
 // bytes for the APF UIDs). Setting bit 5 of every byte lower-cases letters and leaves '-' and
 // digits as they are; it would also turn control bytes into them ("\r" into '-'), so a word
 // holding a byte below 0x20 never matches.
+// A name of 8 bytes or more ends with the word of its last 8 bytes, overlapping the one before
+// (every name the parsers read has 10 or more): no byte loop for the rest.
 bool EqualsLowerName(std::string_view s, std::string_view lower) {
   if (s.size() != lower.size()) return false;
+  if (s.size() < 8) return EqualsLower(s, lower);
   constexpr uint64_t kBit5 = 0x2020202020202020ull, kHigh = 0x8080808080808080ull;
-  size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
+  auto word_equals = [&](size_t at) {
     uint64_t a, b;
-    std::memcpy(&a, s.data() + i, 8);
-    std::memcpy(&b, lower.data() + i, 8);
+    std::memcpy(&a, s.data() + at, 8);
+    std::memcpy(&b, lower.data() + at, 8);
     const bool control = ((a - kBit5) & ~a & kHigh) != 0;  // some byte < 0x20 (exact)
-    if (control || (a | kBit5) != b) return false;
+    return !control && (a | kBit5) == b;
+  };
+  for (size_t i = 0; i + 8 < s.size(); i += 8) {
+    if (!word_equals(i)) return false;
   }
-  return EqualsLower(s.substr(i), lower.substr(i));
+  return word_equals(s.size() - 8);
 }
 
 std::string_view Trim(std::string_view s) {

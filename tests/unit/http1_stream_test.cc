@@ -171,12 +171,13 @@ TEST(Http1Stream, AnExchangeAllocatesNothingOnceItsBuffersHaveGrown) {
   EXPECT_EQ(parser.stats().exchanges, 4u);
 }
 
-// Header names are matched whatever their case, 8 bytes at a time: a control byte where the
-// name has '-' (bit 5 would turn '\r' into '-') does not match.
+// Header names are matched whatever their case, 8 bytes at a time (the last 8 overlapping the
+// word before): a control byte where the name has '-' (bit 5 would turn '\r' into '-') does not
+// match, nor does a name that differs only in its last bytes.
 TEST(Http1Parser, HeaderNamesMatchInAnyCaseAndOnlyExactly) {
   const std::string request =
       "PUT /api/v1/namespaces/a/configmaps/c HTTP/1.1\r\nAUTHORIZATION: Bearer upper\r\n"
-      "user-agent: lower/1.0\r\nContent\rType: text/evil\r\nContent-Length: 2\r\n\r\n{}";
+      "User-Agenx: wrong/0\r\nuser-agent: lower/1.0\r\nContent\rType: text/evil\r\nContent-Length: 2\r\n\r\n{}";
   size_t end = 0;
   std::optional<http1::RequestHead> r = http1::ParseRequestHead(request, &end);
   ASSERT_TRUE(r);
@@ -190,6 +191,7 @@ TEST(Http1Parser, HeaderNamesMatchInAnyCaseAndOnlyExactly) {
 
   const std::string response =
       "HTTP/1.1 200 OK\r\nX-KUBERNETES-PF-PRIORITYLEVEL-UID: pl\r\n"
+      "X-Kubernetes-Pf-Prioritylevel-Uix: evil\r\nX-Kubernetes-Pf-Flowschema\rUid: evil\r\n"
       "X-Kubernetes-Pf\rFlowschema-Uid: evil\r\nx-kubernetes-pf-flowschema-uid\x01: evil\r\n"
       "Retry-After: 3\r\nContent\x0dLength: 7\r\n\r\n";
   std::optional<http1::ResponseHead> h = http1::ParseResponseHead(response, &end);
