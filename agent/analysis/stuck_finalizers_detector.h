@@ -104,7 +104,7 @@ class StuckFinalizersDetector final : public StormDetector {
 
   StuckFinalizersConfig config_;
   int64_t writer_bucket_s_;  // writer_lookback_s / kWriterBuckets, rounded up
-  // Keyed by RecordKeys: objects, resources, and (resource, client) for writers.
+  // Keyed by RecordKeys: objects, resources, clients (writers: in their resource's sketch).
   BoundedLru<uint64_t, Terminating> terminating_;  // front = newest mark
   BoundedLru<uint64_t, LastWrite> last_writes_;    // by object
   BoundedLru<uint64_t, PackedIdentity> packed_clients_;  // by RecordKeys::client

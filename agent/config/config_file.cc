@@ -81,7 +81,7 @@ const Range kWeight{1, 1000};
 const Range kWindow{1, 3600};
 const Range kLongWindow{1, 86400};  // timestamps only, no buckets
 const Range kTracked{1, 10'000'000};  // keys, objects, clients held in memory
-const Range kPerKey{1, 1024};         // slots kept per key (each key's own small sketch)
+const Range kPerKey{1, 1024};         // slots kept per key (each key's own sketch)
 const Range kCount{1, 1'000'000};
 const Range kPid{1, 4'194'304};  // PID_MAX_LIMIT
 
