@@ -2,16 +2,19 @@
 // a service account takes):
 // for state that must name many clients exactly but rarely reads them back, e.g. the last
 // writer of each of 100,000 objects, where most clients are long gone from the identity cache
-// and an IdentityRef would keep a whole Identity alive for each. Immutable; copies share.
+// and an IdentityRef would keep a whole Identity alive for each. Immutable; copies share,
+// counted without atomics (CountedPtr): like identities, packed ones stay on the pipeline's
+// thread.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <cstring>
-#include <memory>
+#include <new>
 #include <string>
 #include <string_view>
 
+#include "agent/core/counted_ptr.h"
 #include "agent/core/request_record.h"
 
 namespace stormwatch {
@@ -42,8 +45,8 @@ class PackedIdentity {
     size_t size = 2 + 4;  // kind, system_masters; group count
     for (const std::string* s : Strings(id)) size += 4 + s->size();
     for (const std::string& g : id.groups) size += 4 + g.size();
-    auto bytes = std::make_shared_for_overwrite<char[]>(size);
-    char* out = bytes.get();
+    CountedPtr<Bytes> bytes(Bytes::Make(size));
+    char* out = bytes.get()->data();
     *out++ = static_cast<char>(id.kind);
     *out++ = id.system_masters ? 1 : 0;
     for (const std::string* s : Strings(id)) out = Put(out, *s);
@@ -54,12 +57,12 @@ class PackedIdentity {
     bytes_ = std::move(bytes);
   }
 
-  bool empty() const { return bytes_ == nullptr; }
+  bool empty() const { return !bytes_; }
 
   Identity Unpack() const {
     Identity id;
     if (!bytes_) return id;
-    const char* in = bytes_.get();
+    const char* in = bytes_.get()->data();
     id.kind = static_cast<Identity::Kind>(*in++);
     id.system_masters = *in++ != 0;
     for (std::string* s : Strings(id)) in = Get(in, *s);
@@ -72,7 +75,18 @@ class PackedIdentity {
   }
 
  private:
-  std::shared_ptr<const char[]> bytes_;
+  // The count, then the packed bytes, in one allocation.
+  struct Bytes {
+    uint32_t refs;
+    static Bytes* Make(size_t size) { return new (::operator new(sizeof(Bytes) + size)) Bytes{1}; }
+    static void Destroy(Bytes* bytes) {
+      bytes->~Bytes();
+      ::operator delete(bytes);
+    }
+    char* data() { return reinterpret_cast<char*>(this + 1); }
+  };
+
+  CountedPtr<Bytes> bytes_;
 };
 
 }  // namespace stormwatch

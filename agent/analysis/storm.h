@@ -46,15 +46,15 @@ inline void KeepLatestIdentity(IdentityRef& kept, const RequestRecord& r) {
   const bool masters = seen.system_masters && !kept->system_masters;
   const bool groups = kept->groups.empty() && !seen.groups.empty();
   if (!user_agent && !masters && !groups) return;
-  auto merged = std::make_shared<Identity>(*kept);
+  Identity merged = *kept;
   if (user_agent) {
-    merged->user_agent = seen.user_agent;
-    merged->component = seen.component;
-    merged->component_version = seen.component_version;
+    merged.user_agent = seen.user_agent;
+    merged.component = seen.component;
+    merged.component_version = seen.component_version;
   }
-  if (masters) merged->system_masters = true;
-  if (groups) merged->groups = seen.groups;
-  kept = std::move(merged);
+  if (masters) merged.system_masters = true;
+  if (groups) merged.groups = seen.groups;
+  kept = IdentityRef::Make(std::move(merged));
 }
 
 enum class StormState {

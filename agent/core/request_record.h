@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/core/counted_ptr.h"
 #include "agent/core/strings.h"
 #include "agent/core/tcp_endpoint.h"
 
@@ -92,14 +93,38 @@ struct Identity {
 static_assert(offsetof(Identity, user) + sizeof(std::string) <= 64);
 
 // One client's identity, shared and immutable: the identity cache (or, on replay, the pipeline)
-// makes it once per client; records carry this pointer, and detectors keep it rather than a
-// copy of its strings per tracked key.
-using IdentityRef = std::shared_ptr<const Identity>;
+// makes it once per client; records carry this reference, and detectors keep it rather than a
+// copy of its strings per tracked key. Counted without atomics (CountedPtr): identities stay on
+// the pipeline's thread.
+class IdentityRef {
+ public:
+  IdentityRef() = default;
+  // A new identity, not shared with any other.
+  static IdentityRef Make(Identity identity) { return IdentityRef(new Node{1, std::move(identity)}); }
+
+  const Identity& operator*() const { return ptr_.get()->identity; }
+  const Identity* operator->() const { return &ptr_.get()->identity; }
+  const Identity* get() const { return ptr_ ? &ptr_.get()->identity : nullptr; }
+  explicit operator bool() const { return static_cast<bool>(ptr_); }
+  // The same shared identity (not equal fields: compare *a == *b for that).
+  friend bool operator==(const IdentityRef& a, const IdentityRef& b) { return a.ptr_ == b.ptr_; }
+
+ private:
+  struct Node {
+    uint32_t refs;
+    Identity identity;
+    static void Destroy(Node* node) { delete node; }
+  };
+
+  explicit IdentityRef(Node* made) : ptr_(made) {}
+
+  CountedPtr<Node> ptr_;
+};
 
 // The identity of a record nobody has named (kUnknown, no user): one shared instance, so a
 // record's identity is never null.
 inline const IdentityRef& NoIdentity() {
-  static const IdentityRef kNone = std::make_shared<const Identity>();
+  static const IdentityRef kNone = IdentityRef::Make(Identity());
   return kNone;
 }
 

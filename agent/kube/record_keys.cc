@@ -62,7 +62,7 @@ IdentityRef ShareIdentity(Identity id) {
   id.user_key = HashFields({id.user});
   id.client_key = CombineKeys(id.user_key, HashFields({id.pod_name}));
   id.keys_set = true;
-  return std::make_shared<const Identity>(std::move(id));
+  return IdentityRef::Make(std::move(id));
 }
 
 RecordKeys RecordKeysOf(const RequestRecord& r) {

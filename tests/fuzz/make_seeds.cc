@@ -296,7 +296,7 @@ void CaptureSeed(const fs::path& dir) {
     Identity id;
     id.user = "system:serviceaccount:team-a:operator";
     id.user_agent = kUserAgent;
-    r.identity = std::make_shared<const Identity>(std::move(id));
+    r.identity = IdentityRef::Make(std::move(id));
     (*w)->Write(r);
     EtcdRequest e;
     e.method = "/etcdserverpb.KV/Range";

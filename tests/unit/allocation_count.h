@@ -9,5 +9,8 @@
 namespace stormwatch::testing {
 
 uint64_t AllocationsDuring(const std::function<void()>& f);
+// Heap blocks released (operator delete of a non-null pointer) by the calling thread while `f`
+// runs: for tests of what frees shared state.
+uint64_t FreesDuring(const std::function<void()>& f);
 
 }  // namespace stormwatch::testing

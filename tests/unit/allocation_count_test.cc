@@ -1,5 +1,6 @@
 // The allocation counter of the unit-test binary (allocation_count.h): a replaced global
-// operator new that counts, on the thread that asked, while AllocationsDuring runs.
+// operator new that counts, on the thread that asked, while AllocationsDuring runs (and operator
+// delete, while FreesDuring runs).
 #include "tests/unit/allocation_count.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,13 @@
 namespace {
 thread_local bool t_counting = false;
 thread_local uint64_t t_allocations = 0;
+thread_local bool t_counting_frees = false;
+thread_local uint64_t t_frees = 0;
+
+void Free(void* p) {
+  if (t_counting_frees && p) ++t_frees;
+  std::free(p);
+}
 }  // namespace
 
 #pragma GCC diagnostic push
@@ -56,18 +64,18 @@ void* operator new(std::size_t size, std::align_val_t align, const std::nothrow_
 void* operator new[](std::size_t size, std::align_val_t align, const std::nothrow_t&) noexcept {
   return ::operator new(size, align, std::nothrow);
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p) noexcept { Free(p); }
+void operator delete(void* p, std::size_t) noexcept { Free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { Free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { Free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { Free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { Free(p); }
+void operator delete[](void* p) noexcept { Free(p); }
+void operator delete[](void* p, std::size_t) noexcept { Free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { Free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { Free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { Free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { Free(p); }
 #pragma GCC diagnostic pop
 
 namespace stormwatch::testing {
@@ -78,6 +86,14 @@ uint64_t AllocationsDuring(const std::function<void()>& f) {
   f();
   t_counting = false;
   return t_allocations - before;
+}
+
+uint64_t FreesDuring(const std::function<void()>& f) {
+  const uint64_t before = t_frees;
+  t_counting_frees = true;
+  f();
+  t_counting_frees = false;
+  return t_frees - before;
 }
 
 namespace {
@@ -94,6 +110,17 @@ TEST(AllocationCount, CountsTheCallingThreadsAllocationsOnly) {
   // The nothrow form (std::stable_sort's buffer) is counted too, and freed by delete.
   std::vector<int> v(1000, 1);
   EXPECT_GE(AllocationsDuring([&] { std::stable_sort(v.begin(), v.end()); }), 1u);
+}
+
+TEST(AllocationCount, CountsTheCallingThreadsFrees) {
+  auto one = std::make_unique<int>(1);
+  std::vector<int> three(3);
+  EXPECT_EQ(FreesDuring([&] {
+              one.reset();
+              std::vector<int>().swap(three);
+            }),
+            2u);
+  EXPECT_EQ(FreesDuring([] { std::string small = "fits inline"; }), 0u);
 }
 
 }  // namespace

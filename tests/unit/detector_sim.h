@@ -54,7 +54,7 @@ inline RequestRecord Request(const Identity& who, const std::string& method,
   r.status = status;
   r.info = ParseRequestInfo(method, path_and_query);
   r.shape = ParseQueryShape(r.info, path_and_query);
-  r.identity = std::make_shared<const Identity>(who);
+  r.identity = IdentityRef::Make(who);
   return r;
 }
 

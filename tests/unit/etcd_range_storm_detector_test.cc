@@ -72,7 +72,7 @@ RequestRecord Range(const std::string& resource, uint64_t bytes, int64_t latency
   r.response_bytes = bytes;
   r.start_ns = 1'000;
   r.end_ns = 1'000 + latency_ms * kMs;
-  r.identity = std::make_shared<const Identity>(client);
+  r.identity = IdentityRef::Make(client);
   r.status = 200;
   return r;
 }

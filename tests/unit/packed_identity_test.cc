@@ -5,6 +5,7 @@
 #include <string>
 
 #include "agent/analysis/packed_identity.h"
+#include "tests/unit/allocation_count.h"
 
 namespace stormwatch {
 namespace {
@@ -34,6 +35,28 @@ TEST(PackedIdentity, RoundTripsEveryField) {
   EXPECT_EQ(packed.Unpack(), id);
   const PackedIdentity copy = packed;  // copies share the bytes
   EXPECT_EQ(copy.Unpack(), id);
+}
+
+// Copies share one block (the count and the bytes): a copy allocates nothing, and the block is
+// freed with the last copy.
+TEST(PackedIdentity, CopiesShareOneBlockFreedWithTheLast) {
+  using testing::AllocationsDuring;
+  using testing::FreesDuring;
+  Identity id;
+  id.user = "system:serviceaccount:team-a:operator";
+  PackedIdentity packed;
+  EXPECT_EQ(AllocationsDuring([&] { packed = PackedIdentity(id); }), 1u);
+  PackedIdentity copy;
+  EXPECT_EQ(AllocationsDuring([&] {
+              copy = packed;
+              PackedIdentity& alias = copy;
+              copy = alias;  // self-assignment keeps it
+            }),
+            0u);
+  EXPECT_EQ(FreesDuring([&] { packed = PackedIdentity(); }), 0u);  // `copy` still shares it
+  EXPECT_EQ(copy.Unpack(), id);
+  EXPECT_EQ(FreesDuring([&] { copy = PackedIdentity(); }), 1u);
+  EXPECT_TRUE(copy.empty());
 }
 
 TEST(PackedIdentity, RoundTripsRandomIdentities) {

@@ -10,10 +10,9 @@ namespace stormwatch {
 
 // The record's identity, copied for this record alone and returned for editing.
 inline Identity& EditIdentity(RequestRecord& r) {
-  auto copy = std::make_shared<Identity>(*r.identity);
-  Identity& fields = *copy;
-  r.identity = std::move(copy);
-  return fields;
+  r.identity = IdentityRef::Make(*r.identity);
+  // Made here, not const, and referred to by this record alone.
+  return const_cast<Identity&>(*r.identity);
 }
 
 }  // namespace stormwatch

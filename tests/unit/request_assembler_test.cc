@@ -87,7 +87,7 @@ TEST(H2Events, ConnectionAddressesReachTheRecord) {
   RequestConnection seen;
   RequestAssembler assembler([&](const RequestConnection& c, std::string_view, std::string_view) {
     seen = c;
-    return std::make_shared<const Identity>();
+    return IdentityRef::Make(Identity());
   });
   assembler.OnRequest(std::get<H2RequestEvent>(*DecodeCaptureEvent(bytes)));
   EXPECT_EQ(seen.pid, 7u);
@@ -193,7 +193,7 @@ IdentityRef FakeResolver(const RequestConnection&, std::string_view authorizatio
   Identity id;
   id.user = authorization.empty() ? "system:anonymous" : "user-of-" + std::string(authorization.substr(7, 3));
   id.user_agent = user_agent;
-  return std::make_shared<const Identity>(std::move(id));
+  return IdentityRef::Make(std::move(id));
 }
 
 // `bytes` kept for the rest of the test program: decoded events view the bytes they came from.
@@ -281,7 +281,7 @@ TEST(RequestAssembler, TruncatedHeadersAreCounted) {
 // one before (whatever the pipeline wrote into it), and once the slots and their buffers have
 // grown, joining a request allocates nothing.
 TEST(RequestAssembler, AReusedSlotStartsFromNothingAndJoiningAllocatesNothing) {
-  const IdentityRef someone = std::make_shared<const Identity>();
+  const IdentityRef someone = IdentityRef::Make(Identity());
   RequestAssembler a([&](const RequestConnection&, std::string_view, std::string_view) { return someone; });
   const std::string path = "/apis/batch.company.com/v1/namespaces/etl/datajobs/nightly/status";
   a.OnRequest(std::get<H2RequestEvent>(*DecodeCaptureEvent(Kept(RequestBytes(
@@ -365,7 +365,7 @@ TEST(RequestRecord, ClearIsANewRecordWithItsBuffersKept) {
   // A field added to RequestRecord changes its size: clear it in RequestRecord::Clear(), set it
   // below, then update this size.
   // (ResponseFacts::spare_finalizers is kept by Clear() on purpose: buffers, not facts.)
-  static_assert(sizeof(RequestRecord) == 1008, "RequestRecord changed: see the comment above");
+  static_assert(sizeof(RequestRecord) == 1000, "RequestRecord changed: see the comment above");
   RequestRecord r;
   r.pid = 1;
   r.conn_id = 2;
@@ -413,7 +413,7 @@ TEST(RequestRecord, ClearIsANewRecordWithItsBuffersKept) {
   r.shape.send_initial_events = r.shape.watch_param = true;
   r.shape.limit = 500;
   r.shape.timeout_seconds = 300;
-  r.identity = std::make_shared<const Identity>();
+  r.identity = IdentityRef::Make(Identity());
   r.keys = {1, 2, 3, 4, true};
   r.etcd = {1, 500, 1'000'000, 0};
   const char* path_buffer = r.path.data();

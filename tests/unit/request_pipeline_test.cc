@@ -219,7 +219,7 @@ TEST(PipelineIdentity, LiveRequestsShareTheCachedIdentity) {
   get(3, "opaque-token-one");
   get(5, "opaque-token-two");
   ASSERT_EQ(seen.size(), 3u);
-  ASSERT_NE(seen[0], nullptr);
+  ASSERT_TRUE(seen[0]);
   EXPECT_EQ(seen[0], seen[1]);
   EXPECT_NE(seen[1], seen[2]);
   EXPECT_NE(seen[1]->user, seen[2]->user);  // opaque tokens: a keyed hash each

@@ -12,6 +12,7 @@
 #include "agent/pipeline/request_pipeline.h"
 #include "exporters/prometheus_exporter.h"
 #include "record_identity.h"
+#include "tests/unit/allocation_count.h"
 
 namespace stormwatch {
 namespace {
@@ -31,6 +32,42 @@ RequestRecord Get(const std::string& user, const std::string& pod, const std::st
   return r;
 }
 
+// IdentityRef counts its references without atomics: copies and moves share one identity and
+// allocate nothing, self-assignment keeps it, and the last reference frees it (the sanitizer
+// stage runs this too: a count off by one is a leak or a use after free there).
+TEST(SharedIdentity, ReferencesShareOneIdentityFreedWithTheLast) {
+  using testing::AllocationsDuring;
+  using testing::FreesDuring;
+  Identity id;
+  id.user = "system:serviceaccount:tenant-1:controller-1";  // past the inline 15 bytes
+  IdentityRef a;
+  EXPECT_FALSE(a);
+  EXPECT_EQ(AllocationsDuring([&] { a = IdentityRef::Make(id); }), 2u);  // the identity, its user
+  IdentityRef kept;
+  EXPECT_EQ(AllocationsDuring([&] {
+              IdentityRef b = a;
+              IdentityRef c = std::move(b);
+              EXPECT_FALSE(b);
+              EXPECT_EQ(c, a);
+              b = c;
+              IdentityRef& alias = b;
+              b = alias;             // self-assignment keeps it
+              b = std::move(alias);  // and so does a self-move
+              EXPECT_EQ(b, a);
+              kept = std::move(b);
+            }),
+            0u);
+  EXPECT_EQ(kept, a);
+  EXPECT_EQ(FreesDuring([&] { a = IdentityRef(); }), 0u);  // `kept` still refers to it
+  EXPECT_EQ(kept->user, id.user);
+  // Assigned over by another: the last reference goes, the identity and its user are freed.
+  const IdentityRef other = IdentityRef::Make(Identity());
+  EXPECT_EQ(FreesDuring([&] { kept = other; }), 2u);
+  EXPECT_EQ(kept, other);
+  // Equal fields are not the same identity.
+  EXPECT_NE(IdentityRef::Make(id), IdentityRef::Make(id));
+}
+
 TEST(SharedIdentity, OneObjectPerClientUntilItChanges) {
   PrometheusExporter exporter;
   MeteredPipeline pipeline(&exporter, DetectorsConfig{}, [](const StormTransition&) {});
@@ -44,7 +81,7 @@ TEST(SharedIdentity, OneObjectPerClientUntilItChanges) {
   pipeline.ReplayRequest(Get("system:serviceaccount:a:op", "op-1", "op/v2"));
 
   ASSERT_EQ(seen.size(), 5u);
-  for (const IdentityRef& ref : seen) ASSERT_NE(ref, nullptr);
+  for (const IdentityRef& ref : seen) ASSERT_TRUE(ref);
   EXPECT_EQ(seen[0], seen[1]);  // the same object, not an equal copy
   EXPECT_NE(seen[1], seen[2]);
   EXPECT_EQ(seen[2]->pod_name, "op-2");

@@ -386,7 +386,7 @@ TEST(RecordKeys, SharedIdentityKeysEqualHashedOnes) {
   id.pod_name = "carts-1";
   RequestRecord shared, hashed;
   shared.identity = ShareIdentity(id);
-  hashed.identity = std::make_shared<const Identity>(id);
+  hashed.identity = IdentityRef::Make(id);
   ASSERT_TRUE(shared.identity->keys_set);
   ASSERT_FALSE(hashed.identity->keys_set);
   EXPECT_EQ(RecordKeysOf(shared).user, RecordKeysOf(hashed).user);
