@@ -122,7 +122,8 @@ class IdentityRef {
 };
 
 // The identity of a record nobody has named (kUnknown, no user): one shared instance, so a
-// record's identity is never null.
+// record's identity is never null. Every record starts with it, so records too are made and
+// dropped on the pipeline's thread only.
 inline const IdentityRef& NoIdentity() {
   static const IdentityRef kNone = IdentityRef::Make(Identity());
   return kNone;

@@ -80,21 +80,24 @@ void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcep
 
 namespace stormwatch::testing {
 
-uint64_t AllocationsDuring(const std::function<void()>& f) {
-  const uint64_t before = t_allocations;
-  t_counting = true;
+namespace {
+
+// What `count` grew by while `f` ran with `counting` set.
+uint64_t CountDuring(bool& counting, const uint64_t& count, const std::function<void()>& f) {
+  const uint64_t before = count;
+  counting = true;
   f();
-  t_counting = false;
-  return t_allocations - before;
+  counting = false;
+  return count - before;
 }
 
-uint64_t FreesDuring(const std::function<void()>& f) {
-  const uint64_t before = t_frees;
-  t_counting_frees = true;
-  f();
-  t_counting_frees = false;
-  return t_frees - before;
+}  // namespace
+
+uint64_t AllocationsDuring(const std::function<void()>& f) {
+  return CountDuring(t_counting, t_allocations, f);
 }
+
+uint64_t FreesDuring(const std::function<void()>& f) { return CountDuring(t_counting_frees, t_frees, f); }
 
 namespace {
 
