@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "agent/build_info.h"
+#include "agent/heap_pages.h"
 #include "agent/kube/apf_fetcher.h"
 #include "agent/capture/client_cert_reader.h"
 #include "agent/capture/connection_ends.h"
@@ -178,6 +179,11 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   exporter->SetBuildInfo(BuildInfoLabels());
   spdlog::info("stormwatch {} ({}) metrics on http://{}/metrics", StormwatchVersion(),
                StormwatchCommit(), options.metrics_address);
+  if (const HeapPages pages = CurrentHeapPages(); pages.huge() || pages.malloc_hugetlb == 2) {
+    spdlog::info("{}", DescribeHeapPages(pages));
+  } else {
+    spdlog::warn("{}", DescribeHeapPages(pages));
+  }
   std::unique_ptr<HealthServer> health, debug_server;
   // The same address for both: one server with both groups of handlers.
   bool shared = !options.debug_address.empty() && options.debug_address == options.health_address;

@@ -31,6 +31,7 @@
 #include "agent/analysis/relist_churn_detector.h"
 #include "agent/analysis/stuck_finalizers_detector.h"
 #include "agent/analysis/throttled_client_detector.h"
+#include "agent/heap_pages.h"
 #include "agent/metered_pipeline.h"
 #include "agent/pipeline/request_pipeline.h"
 #include "bpf/events.h"
@@ -368,6 +369,8 @@ int Run() {
   size_t transitions = 0;
   MeteredPipeline pipeline(&exporter, DetectorsConfig{},
                            [&](const StormTransition&) { ++transitions; });
+  // Huge pages add about 2% to RSS (their last partly used page); the agent runs on them.
+  std::printf("memory_bound: %s\n", DescribeHeapPages(CurrentHeapPages()).c_str());
   std::printf("memory_bound: empty pipeline and exporter: heap %.1f MiB, RSS %.1f MiB\n",
               (HeapInUseBytes() - heap_at_start) / 1048576.0, ResidentBytes() / 1048576.0);
 

@@ -59,8 +59,20 @@ def parse_metrics(text):
 class Agent:
     """The stormwatch agent as a child process: metrics over HTTP, alert lines on stdout."""
 
-    def __init__(self, workdir, extra_args=(), metrics_port=None):
+    # The environment the Helm chart gives the agent (agent.heapHugePages): its heap on
+    # transparent huge pages.
+    DEPLOYED_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+
+    def __init__(self, workdir, extra_args=(), metrics_port=None, env=None):
+        """env: the agent's environment variables besides ours (default DEPLOYED_ENV); a None
+        value removes one."""
         self.workdir = workdir
+        self.env = dict(os.environ)
+        for name, value in (self.DEPLOYED_ENV if env is None else env).items():
+            if value is None:
+                self.env.pop(name, None)
+            else:
+                self.env[name] = value
         self.metrics_port = metrics_port or free_port()
         self.health_port = free_port()
         self.debug_port = free_port()  # never the default 9849: agents run side by side
@@ -77,7 +89,7 @@ class Agent:
     def start(self):
         self._stderr = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     text=True, bufsize=1)
+                                     text=True, bufsize=1, env=self.env)
         self._reader = threading.Thread(target=self._read_stdout, daemon=True)
         self._reader.start()
         return self

@@ -42,8 +42,8 @@ class AgentOps(unittest.TestCase):
         require_bpf_privileges(self)
         self.workdir = tempfile.mkdtemp(prefix="stormwatch-ops-")
 
-    def start(self, extra=()):
-        agent = Agent(self.workdir, extra_args=[*NO_TARGET, *extra])
+    def start(self, extra=(), env=None):
+        agent = Agent(self.workdir, extra_args=[*NO_TARGET, *extra], env=env)
         self.started_at = time.time()
         agent.start()
         self.addCleanup(agent.stop)
@@ -97,6 +97,32 @@ class AgentOps(unittest.TestCase):
         self.assertEqual([n for n, _, _ in series if "exposer" in n], [])
         # Bound to loopback as asked (the chart puts it behind kube-rbac-proxy this way).
         self.assertEqual(listening_addresses(agent.metrics_port), ["127.0.0.1"])
+
+    def test_heap_pages_reported_at_start(self):
+        """As deployed (GLIBC_TUNABLES from the chart) the start log says the heap is on huge
+        pages; without it, it says what to set. Which one depends on this kernel's THP mode."""
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            mode = f.read().split("[")[1].split("]")[0]
+
+        def heap_lines(agent):
+            self.assertEqual(agent.stop(), 0)
+            return [l for l in agent.stderr().splitlines() if "heap on" in l]
+
+        deployed = heap_lines(self.start())
+        bare = heap_lines(self.start(env={"GLIBC_TUNABLES": None}))
+        self.assertEqual(len(deployed), 1, deployed)
+        self.assertEqual(len(bare), 1, bare)
+        if mode == "madvise":
+            self.assertIn("[info] heap on transparent huge pages (THP mode madvise, glibc.malloc.hugetlb set)",
+                          deployed[0])
+            self.assertIn("[warning] heap on 4 KiB pages (THP mode madvise): set GLIBC_TUNABLES=glibc.malloc.hugetlb=1",
+                          bare[0])
+        elif mode == "always":
+            self.assertIn("heap on transparent huge pages (THP mode always", deployed[0])
+            self.assertIn("heap on transparent huge pages (THP mode always)", bare[0])
+        else:
+            self.assertIn("transparent huge pages are off on this node", deployed[0])
+        print("\nTHP mode %s: %s | %s" % (mode, deployed[0], bare[0]), file=sys.stderr)
 
     def test_debug_endpoints_only_on_the_debug_address(self):
         agent = self.start()

@@ -217,6 +217,15 @@ class ChartTest(unittest.TestCase):
                                   ("node-role.kubernetes.io/master", "NoSchedule")})
         self.assertEqual(pod["priorityClassName"], "system-node-critical")
         self.assertFalse([v for v in pod["volumes"] if "hostPath" in v], "no hostPath by default")
+        # The heap on transparent huge pages, as the agent's start log then reports.
+        self.assertIn({"name": "GLIBC_TUNABLES", "value": "glibc.malloc.hugetlb=1"}, c["env"])
+
+    def test_heap_huge_pages_can_be_left_off(self):
+        objs = render_objects("agent:\n  heapHugePages: false\n")
+        (ds,) = chart.find(objs, "DaemonSet")
+        c = agent_container(ds["spec"]["template"]["spec"])
+        self.assertEqual([e for e in c["env"] if e["name"] == "GLIBC_TUNABLES"], [])
+        self.assertEqual({e["name"] for e in c["env"]}, {"NODE_NAME", "POD_NAMESPACE"})
 
     def test_scheduling_is_overridable(self):
         (ds,) = chart.find(Rendered.get("custom-scheduling", None), "DaemonSet")

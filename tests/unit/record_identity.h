@@ -2,7 +2,6 @@
 // its fields one by one edits a copy of its own.
 #pragma once
 
-#include <memory>
 
 #include "agent/core/request_record.h"
 
