@@ -49,11 +49,11 @@ std::string DescribeHeapPages(const HeapPages& p) {
   if (p.malloc_hugetlb == 2) return "heap on reserved hugetlbfs pages where there are any (glibc.malloc.hugetlb=2)";
   if (p.thp_mode == "never") {
     return "heap on 4 KiB pages: transparent huge pages are off on this node (THP mode never); "
-           "the request pipeline runs 5-12% slower with thousands of clients";
+           "the request pipeline runs 10-20% slower with thousands of clients";
   }
   return "heap on 4 KiB pages (THP mode " + mode +
          "): set GLIBC_TUNABLES=glibc.malloc.hugetlb=1 in the agent's environment (the Helm chart "
-         "does); the request pipeline runs 5-12% slower with thousands of clients without it";
+         "does); the request pipeline runs 10-20% slower with thousands of clients without it";
 }
 
 }  // namespace stormwatch

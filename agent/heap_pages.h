@@ -4,7 +4,7 @@
 // at random, a few cache lines per table per request: on 4 KiB pages most of those reads also
 // miss the TLB. glibc puts its heap on huge pages when GLIBC_TUNABLES holds
 // glibc.malloc.hugetlb=1 (it then asks for them with madvise, which the kernel's default THP mode
-// "madvise" honours): 5-12% more requests per second through the pipeline with 10,000 clients
+// "madvise" honours): 10-20% more requests per second through the pipeline with 10,000 clients
 // (docs/benchmark.md). The tunable is read when the process starts, so it is set by whoever starts
 // the agent (the Helm chart does); the agent only reports it.
 #pragma once

@@ -977,7 +977,7 @@ BENCHMARK(BM_IdentityResolve)->Arg(1)->Arg(4096)->Arg(16384)->Unit(benchmark::kM
 }  // namespace stormwatch
 
 int main(int argc, char** argv) {
-  // Which pages the heap is on changes the figures by 5-12% with 10,000 clients (TLB misses).
+  // Which pages the heap is on changes the figures by 10-20% with 10,000 clients (TLB misses).
   benchmark::AddCustomContext("heap", stormwatch::DescribeHeapPages(stormwatch::CurrentHeapPages()));
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
