@@ -179,11 +179,8 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   exporter->SetBuildInfo(BuildInfoLabels());
   spdlog::info("stormwatch {} ({}) metrics on http://{}/metrics", StormwatchVersion(),
                StormwatchCommit(), options.metrics_address);
-  if (const HeapPages pages = CurrentHeapPages(); pages.huge() || pages.malloc_hugetlb == 2) {
-    spdlog::info("{}", DescribeHeapPages(pages));
-  } else {
-    spdlog::warn("{}", DescribeHeapPages(pages));
-  }
+  const HeapPages pages = CurrentHeapPages();
+  spdlog::log(pages.small() ? spdlog::level::warn : spdlog::level::info, "{}", DescribeHeapPages(pages));
   std::unique_ptr<HealthServer> health, debug_server;
   // The same address for both: one server with both groups of handlers.
   bool shared = !options.debug_address.empty() && options.debug_address == options.health_address;

@@ -46,7 +46,7 @@ std::string DescribeHeapPages(const HeapPages& p) {
     return "heap on transparent huge pages (THP mode " + mode +
            (p.malloc_hugetlb ? ", glibc.malloc.hugetlb set)" : ")");
   }
-  if (p.malloc_hugetlb == 2) return "heap on reserved hugetlbfs pages where there are any (glibc.malloc.hugetlb=2)";
+  if (!p.small()) return "heap on reserved hugetlbfs pages where there are any (glibc.malloc.hugetlb=2)";
   if (p.thp_mode == "never") {
     return "heap on 4 KiB pages: transparent huge pages are off on this node (THP mode never); "
            "the request pipeline runs 10-20% slower with thousands of clients";

@@ -22,6 +22,8 @@ struct HeapPages {
   // Whether the heap gets transparent huge pages: the kernel gives them to every large mapping
   // (always), or to those malloc asks for (madvise, with the tunable at 1).
   bool huge() const { return thp_mode == "always" || (thp_mode == "madvise" && malloc_hugetlb == 1); }
+  // On 4 KiB pages with no huge page of any kind asked for: what the agent warns about at start.
+  bool small() const { return !huge() && malloc_hugetlb != 2; }
 };
 
 // glibc.malloc.hugetlb's value in a GLIBC_TUNABLES string ("name=value:name=value"): 1 or 2, else 0

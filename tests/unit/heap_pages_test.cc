@@ -44,6 +44,11 @@ TEST(HeapPages, HugeOnlyWhereTheKernelGivesThem) {
   EXPECT_FALSE((HeapPages{1, "never"}).huge());
   EXPECT_FALSE((HeapPages{1, ""}).huge());
   EXPECT_FALSE((HeapPages{2, "madvise"}).huge());  // hugetlbfs pages, not transparent ones
+  // What the agent warns about: small pages with nothing asked for.
+  EXPECT_TRUE((HeapPages{0, "madvise"}).small());
+  EXPECT_TRUE((HeapPages{1, "never"}).small());
+  EXPECT_FALSE((HeapPages{1, "madvise"}).small());
+  EXPECT_FALSE((HeapPages{2, "never"}).small());
 }
 
 TEST(HeapPages, SaysWhatToSetWhenTheHeapIsOnSmallPages) {
