@@ -115,15 +115,15 @@ PrometheusExporter::CountsSnapshot PrometheusExporter::SnapshotCounts() const {
   std::lock_guard lock(mu_);
   std::array<size_t, kClientFamilyCount> series{};
   for (const auto& [key, client] : client_counters_) {
-    for (size_t f = 0; f < kClientFamilyCount; ++f) series[f] += client.counts[f].size();
+    for (const auto& [s, count] : client.counts) ++series[FamilyOfSeries(s)];
   }
   for (size_t f = 0; f < kClientFamilyCount; ++f) c.counts[f].reserve(series[f]);
   c.clients.reserve(client_counters_.size());
   for (const auto& [key, client] : client_counters_) {
     const auto index = static_cast<uint32_t>(c.clients.size());
     c.clients.push_back(client.label);
-    for (size_t f = 0; f < kClientFamilyCount; ++f) {
-      for (const auto& [set, count] : client.counts[f]) c.counts[f].push_back({index, set, count});
+    for (const auto& [s, count] : client.counts) {
+      c.counts[FamilyOfSeries(s)].push_back({index, static_cast<uint32_t>(s), count});
     }
   }
   for (size_t f = 0; f < kClientFamilyCount; ++f) c.label_sets[f] = family_label_sets_[f].values;
@@ -341,12 +341,12 @@ uint32_t PrometheusExporter::LabelSetId(ClientFamily family, const std::string& 
 uint64_t& PrometheusExporter::ClientCount(ClientFamily family, ClientCounters& client,
                                           bool admitted, uint32_t set) {
   if (!admitted) ++folded_[family];
-  auto& counts = client.counts[family];
   // A client's first series in a family counts it in stormwatch_client_series.
-  if (counts.empty()) {
+  if (const auto bit = static_cast<uint16_t>(1u << family); !(client.families & bit)) {
+    client.families |= bit;
     client_series_gauges_[family]->Set(static_cast<double>(++clients_per_family_[family]));
   }
-  return counts[set];
+  return client.counts[SeriesOf(family, set)];
 }
 
 template <typename MakeValues>
@@ -374,7 +374,7 @@ void PrometheusExporter::EndClientSeries(const std::string& client) {
   if (it == client_counters_.end()) return;
   const ClientCounters& c = it->second;
   for (size_t f = 0; f < kClientFamilyCount; ++f) {
-    if (!c.counts[f].empty()) {
+    if (c.families & (1u << f)) {
       client_series_gauges_[f]->Set(static_cast<double>(--clients_per_family_[f]));
     }
   }
