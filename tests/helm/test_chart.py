@@ -227,6 +227,33 @@ class ChartTest(unittest.TestCase):
         self.assertEqual([e for e in c["env"] if e["name"] == "GLIBC_TUNABLES"], [])
         self.assertEqual({e["name"] for e in c["env"]}, {"NODE_NAME", "POD_NAMESPACE"})
 
+    def test_user_glibc_tunables_are_merged_with_huge_pages(self):
+        # A GLIBC_TUNABLES of the user's would replace the chart's (the last of two env vars of
+        # one name counts): it is merged after the chart's setting instead, so both hold and
+        # the user's own settings win. Other extra variables pass through in their order.
+        extra = ("agent:\n  extraEnv:\n"
+                 "    - {name: GLIBC_TUNABLES, value: glibc.malloc.arena_max=2}\n"
+                 "    - {name: FOO, value: bar}\n")
+        (ds,) = chart.find(render_objects(extra), "DaemonSet")
+        env = agent_container(ds["spec"]["template"]["spec"])["env"]
+        self.assertEqual([e["name"] for e in env],
+                         ["NODE_NAME", "POD_NAMESPACE", "GLIBC_TUNABLES", "FOO"])
+        self.assertEqual(env[2], {"name": "GLIBC_TUNABLES",
+                                  "value": "glibc.malloc.hugetlb=1:glibc.malloc.arena_max=2"})
+        self.assertEqual(env[3], {"name": "FOO", "value": "bar"})
+        # Without huge pages the user's variable is theirs alone, unchanged.
+        (ds,) = chart.find(render_objects(extra + "  heapHugePages: false\n"), "DaemonSet")
+        env = agent_container(ds["spec"]["template"]["spec"])["env"]
+        self.assertEqual(env[2:], [{"name": "GLIBC_TUNABLES", "value": "glibc.malloc.arena_max=2"},
+                                   {"name": "FOO", "value": "bar"}])
+        # One from a reference cannot be merged: it follows the chart's, and wins, as written.
+        ref = ("agent:\n  extraEnv:\n    - name: GLIBC_TUNABLES\n      valueFrom:\n"
+               "        configMapKeyRef: {name: tunables, key: glibc}\n")
+        (ds,) = chart.find(render_objects(ref), "DaemonSet")
+        env = agent_container(ds["spec"]["template"]["spec"])["env"]
+        self.assertEqual([e.get("value") for e in env if e["name"] == "GLIBC_TUNABLES"],
+                         ["glibc.malloc.hugetlb=1", None])
+
     def test_scheduling_is_overridable(self):
         (ds,) = chart.find(Rendered.get("custom-scheduling", None), "DaemonSet")
         pod = ds["spec"]["template"]["spec"]
