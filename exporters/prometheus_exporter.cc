@@ -123,7 +123,7 @@ PrometheusExporter::CountsSnapshot PrometheusExporter::SnapshotCounts() const {
     const auto index = static_cast<uint32_t>(c.clients.size());
     c.clients.push_back(client.label);
     for (const auto& [s, count] : client.counts) {
-      c.counts[FamilyOfSeries(s)].push_back({index, static_cast<uint32_t>(s), count});
+      c.counts[FamilyOfSeries(s)].push_back({index, LabelSetOfSeries(s), count});
     }
   }
   for (size_t f = 0; f < kClientFamilyCount; ++f) c.label_sets[f] = family_label_sets_[f].values;

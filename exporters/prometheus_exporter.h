@@ -207,6 +207,7 @@ class PrometheusExporter {
   static constexpr ClientFamily FamilyOfSeries(uint64_t series) {
     return static_cast<ClientFamily>(series >> 32);
   }
+  static constexpr uint32_t LabelSetOfSeries(uint64_t series) { return static_cast<uint32_t>(series); }
   using Labels = std::map<std::string, std::string>;
 
   // The index of the label set whose Key() is `key` in `family`'s label sets; `make_values`
