@@ -22,8 +22,8 @@ double Round3(double v) { return std::round(v * 1000) / 1000; }
 ConflictStormDetector::ConflictStormDetector(ConflictStormConfig config)
     : config_(std::move(config)),
       ring_(0),
-      entries_(config_.max_keys),
-      objects_(config_.max_objects) {
+      entries_(config_.max_keys, Recency::kApproximate),
+      objects_(config_.max_objects, Recency::kApproximate) {
   const ConflictStormConfig defaults;
   if (!(config_.conflict_ratio > 0)) config_.conflict_ratio = defaults.conflict_ratio;
   if (!(config_.conflict_rate > 0)) config_.conflict_rate = defaults.conflict_rate;

@@ -22,8 +22,8 @@ double Round2(double v) { return std::round(v * 100) / 100; }
 EtcdRangeStormDetector::EtcdRangeStormDetector(EtcdRangeStormConfig config)
     : config_(std::move(config)),
       ring_(0),
-      prefixes_(config_.max_keys),
-      list_clients_(config_.max_list_clients) {
+      prefixes_(config_.max_keys, Recency::kApproximate),
+      list_clients_(config_.max_list_clients, Recency::kApproximate) {
   const EtcdRangeStormConfig defaults;
   if (!(config_.range_rate > 0)) config_.range_rate = defaults.range_rate;
   if (!(config_.bytes_rate > 0)) config_.bytes_rate = defaults.bytes_rate;

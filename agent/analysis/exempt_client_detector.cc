@@ -20,7 +20,7 @@ nlohmann::json TopList(const Tally& tally, const char* name, size_t n) {
 }  // namespace
 
 ExemptClientDetector::ExemptClientDetector(ExemptClientConfig config)
-    : config_(std::move(config)), clients_(config_.max_clients) {
+    : config_(std::move(config)), clients_(config_.max_clients, Recency::kApproximate) {
   if (!(config_.escalate_rate > 0)) config_.escalate_rate = ExemptClientConfig{}.escalate_rate;
   config_.active_window_s = std::max(config_.active_window_s, 1);
   config_.escalate_sustain_s = std::max(config_.escalate_sustain_s, 1);

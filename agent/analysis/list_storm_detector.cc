@@ -32,7 +32,7 @@ ListStormDetector::Second& ListStormDetector::Second::operator+=(const Second& o
 }
 
 ListStormDetector::ListStormDetector(ListStormConfig config)
-    : config_(std::move(config)), entries_(config_.max_keys) {
+    : config_(std::move(config)), entries_(config_.max_keys, Recency::kApproximate) {
   // Clamp nonsense so a bad config degrades instead of misbehaving.
   if (!(config_.list_rate > 0)) config_.list_rate = ListStormConfig{}.list_rate;
   if (!(config_.bytes_rate > 0)) config_.bytes_rate = ListStormConfig{}.bytes_rate;

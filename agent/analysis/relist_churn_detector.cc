@@ -23,7 +23,8 @@ int64_t StartNs(const RequestRecord& r, int64_t now_ns) {
 }  // namespace
 
 RelistChurnDetector::RelistChurnDetector(RelistChurnConfig config)
-    : config_(std::move(config)), entries_(config_.max_keys), informers_(config_.max_keys) {
+    : config_(std::move(config)), entries_(config_.max_keys, Recency::kApproximate),
+      informers_(config_.max_keys, Recency::kApproximate) {
   if (!(config_.watch_rate > 0)) config_.watch_rate = RelistChurnConfig{}.watch_rate;
   config_.window_s = std::max(config_.window_s, 1);
   config_.min_relists = std::max(config_.min_relists, 1);

@@ -36,10 +36,10 @@ struct StuckFinalizersDetector::Stuck {
 StuckFinalizersDetector::StuckFinalizersDetector(StuckFinalizersConfig config)
     : config_(std::move(config)),
       writer_bucket_s_(1),
-      terminating_(config_.max_objects),
-      last_writes_(config_.max_objects),
-      packed_clients_(config_.max_writing_clients),
-      resources_(config_.max_resources) {
+      terminating_(config_.max_objects, Recency::kApproximate),
+      last_writes_(config_.max_objects, Recency::kApproximate),
+      packed_clients_(config_.max_writing_clients, Recency::kApproximate),
+      resources_(config_.max_resources, Recency::kApproximate) {
   config_.stuck_after_s = std::max(config_.stuck_after_s, 1);
   config_.min_stuck_objects = std::max(config_.min_stuck_objects, 1);
   config_.writer_lookback_s = std::max(config_.writer_lookback_s, 1);

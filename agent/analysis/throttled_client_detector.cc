@@ -31,7 +31,7 @@ double FlatClientGoLimit(const SecondBuckets& counts, int64_t last, int seconds,
 }
 
 ThrottledClientDetector::ThrottledClientDetector(ThrottledClientConfig config)
-    : config_(std::move(config)), ring_(0), clients_(config_.max_clients) {
+    : config_(std::move(config)), ring_(0), clients_(config_.max_clients, Recency::kApproximate) {
   if (!(config_.throttled_rate > 0)) config_.throttled_rate = ThrottledClientConfig{}.throttled_rate;
   config_.sustain_s = std::max(config_.sustain_s, 1);
   config_.resolve_s = std::max(config_.resolve_s, 1);

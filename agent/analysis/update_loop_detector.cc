@@ -138,7 +138,8 @@ std::vector<std::string> UpdateLoopConfig::Problems() const {
 }
 
 UpdateLoopDetector::UpdateLoopDetector(UpdateLoopConfig config)
-    : config_(std::move(config)), objects_(config_.max_objects), resources_(config_.max_resources) {
+    : config_(std::move(config)), objects_(config_.max_objects, Recency::kApproximate),
+      resources_(config_.max_resources, Recency::kApproximate) {
   // Clamp what Problems() reports, so a bad config degrades instead of misbehaving.
   if (!(config_.object_rate > 0)) config_.object_rate = UpdateLoopConfig{}.object_rate;
   if (!(config_.resource_rate > 0)) config_.resource_rate = UpdateLoopConfig{}.resource_rate;

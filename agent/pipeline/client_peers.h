@@ -44,7 +44,7 @@ class ClientPeers final : public RecordSink {
  public:
   static constexpr size_t kPeersPerClient = 8;
 
-  explicit ClientPeers(size_t max_clients = 4096) : clients_(max_clients), seen_(max_clients) {}
+  explicit ClientPeers(size_t max_clients = 4096) : clients_(max_clients, Recency::kApproximate), seen_(max_clients) {}
 
   // One request of `client` from `peer` to `local` (an unknown peer counts the request only).
   // The per-request path: the client's key (KeyOf(client)) is known already.

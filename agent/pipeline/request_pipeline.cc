@@ -30,7 +30,7 @@ IdentityRef IdentityCache::Resolve(std::string_view authorization, std::string_v
 RequestPipeline::RequestPipeline(const DetectorsConfig& detectors, AssemblerLimits limits,
                                  ConnectionLookups connections, ApfNaming apf)
     : identities_(limits.max_identities),
-      interned_identities_(limits.max_identities),
+      interned_identities_(limits.max_identities, Recency::kApproximate),
       connections_(std::move(connections)),
       assembler_([this](const RequestConnection& c, std::string_view a,
                         std::string_view ua) { return Resolve(c, a, ua); },

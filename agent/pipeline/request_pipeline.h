@@ -42,7 +42,7 @@ namespace stormwatch {
 // is never kept.
 class IdentityCache {
  public:
-  explicit IdentityCache(size_t capacity) : lru_(capacity) {}
+  explicit IdentityCache(size_t capacity) : lru_(capacity, Recency::kApproximate) {}
   IdentityRef Resolve(std::string_view authorization, std::string_view user_agent);
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }

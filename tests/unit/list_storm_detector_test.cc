@@ -458,15 +458,17 @@ TEST(ListStormTest, EvictedFiringStormResolvesOnce) {
   ListStormConfig config;
   config.max_keys = 2;
   std::vector<Event> events = Bursts(AllPods(kAlice), 13, 5, 0, 20 * kSec);
-  // Two other keys push the firing one out.
+  // Three other keys push the firing one out: touched, it gets a second chance at the first
+  // eviction (the first newcomer goes), and the third newcomer takes its place.
   events.push_back({21 * kSec, AllPods(User("bob", "kubectl/v1.28.7"))});
   events.push_back({21 * kSec + 1, List(kAlice, "/api/v1/nodes")});
+  events.push_back({21 * kSec + 2, List(kAlice, "/api/v1/namespaces")});
   Harness run(config);
   run.sim.Run(std::move(events), 120 * kSec);
   auto resolved = run.sim.Of(StormState::kResolved);
   ASSERT_EQ(run.sim.Of(StormState::kFiring).size(), 1u);
   ASSERT_EQ(resolved.size(), 1u);
-  EXPECT_EQ(resolved[0].at_ns, 21 * kSec + 1);
+  EXPECT_EQ(resolved[0].at_ns, 21 * kSec + 2);
   EXPECT_EQ(resolved[0].evidence.identity.user, "alice");
   EXPECT_EQ(resolved[0].evidence.resource, "pods");
 }

@@ -446,12 +446,15 @@ TEST(RelistChurnTest, EvictedFiringStormResolvesOnce) {
   std::vector<Event> events = Cycles(Operator(), 8, 5 * kSec, 2 * kSec);
   events.push_back(At(Operator("other-1"), kCarts + kListQuery, 50 * kSec, 0));
   events.push_back(At(Operator("other-2"), kCarts + kListQuery, 50 * kSec + 1, 0));
+  // The firing key, touched, got a second chance at the first eviction: a third newcomer takes
+  // its place.
+  events.push_back(At(Operator("other-3"), kCarts + kListQuery, 50 * kSec + 2, 0));
   Harness run(config);
   run.sim.Run(std::move(events), 300 * kSec);
   auto resolved = run.sim.Of(StormState::kResolved);
   ASSERT_EQ(run.sim.Of(StormState::kFiring).size(), 1u);
   ASSERT_EQ(resolved.size(), 1u);
-  EXPECT_EQ(resolved[0].at_ns, 50 * kSec + 1);
+  EXPECT_EQ(resolved[0].at_ns, 50 * kSec + 2);
   EXPECT_EQ(resolved[0].evidence.identity.pod_name, "cart-operator-6d8f7-q2w3e");
 }
 

@@ -151,6 +151,132 @@ TEST(BoundedLru, MatchesAReferenceLruOnRandomOperations) {
   EXPECT_EQ(lru.size(), ref.size());
 }
 
+// Recency::kApproximate (CLOCK): a touch marks a key and moves nothing; a key about to be
+// evicted that was touched since it was placed goes to the front unmarked instead.
+TEST(BoundedLru, ApproximateRecencyGivesTouchedKeysASecondChance) {
+  BoundedLru<uint64_t, int> lru(4, Recency::kApproximate);
+  std::vector<uint64_t> evicted;
+  auto on_evict = [&](uint64_t k, int&) { evicted.push_back(k); };
+  for (uint64_t k : {1, 2, 3, 4}) lru.FindOrInsert(k, [] { return 0; }, on_evict);
+  auto order = [&] {
+    std::vector<uint64_t> keys;
+    for (const auto& [k, v] : lru) keys.push_back(k);
+    return keys;
+  };
+  ASSERT_NE(lru.Touch(1), nullptr);
+  ASSERT_NE(lru.Touch(3), nullptr);
+  EXPECT_EQ(order(), (std::vector<uint64_t>{4, 3, 2, 1}));  // touches move nothing
+  EXPECT_EQ(lru.Oldest()->first, 1u);
+  lru.FindOrInsert(5, [] { return 0; }, on_evict);  // 1 touched: to the front; 2 goes
+  EXPECT_EQ(evicted, std::vector<uint64_t>{2});
+  EXPECT_EQ(order(), (std::vector<uint64_t>{5, 1, 4, 3}));
+  lru.FindOrInsert(6, [] { return 0; }, on_evict);  // 3 touched: to the front; 4 goes
+  EXPECT_EQ(evicted, (std::vector<uint64_t>{2, 4}));
+  EXPECT_EQ(order(), (std::vector<uint64_t>{6, 3, 5, 1}));
+  lru.FindOrInsert(7, [] { return 0; }, on_evict);  // 1's mark was spent: it goes
+  EXPECT_EQ(evicted, (std::vector<uint64_t>{2, 4, 1}));
+  // Every key touched: each gets its second chance, then the oldest placed goes.
+  for (uint64_t k : {7, 6, 3, 5}) lru.Touch(k);
+  lru.FindOrInsert(8, [] { return 0; }, on_evict);
+  EXPECT_EQ(evicted, (std::vector<uint64_t>{2, 4, 1, 5}));
+  EXPECT_EQ(order(), (std::vector<uint64_t>{8, 7, 6, 3}));  // a full turn: the order kept
+  // The same operations on an exact table evict what LRU evicts.
+  BoundedLru<uint64_t, int> exact(4);
+  std::vector<uint64_t> exact_evicted;
+  auto exact_evict = [&](uint64_t k, int&) { exact_evicted.push_back(k); };
+  for (uint64_t k : {1, 2, 3, 4}) exact.FindOrInsert(k, [] { return 0; }, exact_evict);
+  exact.Touch(1);
+  exact.Touch(3);
+  for (uint64_t k : {5, 6, 7}) exact.FindOrInsert(k, [] { return 0; }, exact_evict);
+  for (uint64_t k : {7, 6, 3, 5}) exact.Touch(k);
+  exact.FindOrInsert(8, [] { return 0; }, exact_evict);
+  EXPECT_EQ(exact_evicted, (std::vector<uint64_t>{2, 4, 1, 7}));
+}
+
+// Against a std::list reference of CLOCK (front = last placed, a touched mark per key): 300k
+// random touches, finds, inserts and erases over 3,000 keys with room for 1,000, with both
+// FindOrInsert forms and erasing while iterating. The evictions, Oldest() and the order match;
+// some evictions differ from what exact LRU would evict (the order is approximate).
+TEST(BoundedLru, ApproximateRecencyMatchesAReferenceClock) {
+  constexpr size_t kCapacity = 1000;
+  BoundedLru<uint64_t, uint64_t> lru(kCapacity, Recency::kApproximate);
+  struct Ref {
+    uint64_t key, value;
+    bool touched;
+  };
+  std::list<Ref> ref;
+  std::map<uint64_t, uint64_t> last_touch;  // for what exact LRU would evict
+  uint64_t seed = 7;
+  auto next = [&] { return seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; };
+  auto ref_find = [&](uint64_t k) {
+    return std::find_if(ref.begin(), ref.end(), [k](const Ref& e) { return e.key == k; });
+  };
+  size_t evictions = 0, not_least_recent = 0;
+  for (uint64_t now = 1; now <= 300'000; ++now) {
+    const uint64_t r = next();
+    const uint64_t key = (r >> 20) % 3000;
+    const auto op = (r >> 8) % 10;
+    if (op == 0) {
+      auto it = ref_find(key);
+      const bool present = it != ref.end();
+      if (present) ref.erase(it);
+      last_touch.erase(key);
+      ASSERT_EQ(lru.Erase(key), present);
+    } else if (op == 1) {
+      const uint64_t* v = lru.Find(key);
+      auto it = ref_find(key);
+      ASSERT_EQ(v != nullptr, it != ref.end());
+      if (v) ASSERT_EQ(*v, it->value);
+    } else {
+      std::vector<uint64_t> evicted, expected;
+      auto on_evict = [&](uint64_t k, uint64_t&) {
+        evicted.push_back(k);
+        const uint64_t victim_touch = last_touch.at(k);
+        if (std::any_of(last_touch.begin(), last_touch.end(),
+                        [&](const auto& e) { return e.second < victim_touch; })) {
+          ++not_least_recent;
+        }
+        last_touch.erase(k);
+        ++evictions;
+      };
+      auto make = [] { return uint64_t{0}; };
+      uint64_t& v = op % 2 ? lru.FindOrInsert(key, make, on_evict)
+                           : lru.FindOrInsert(key, make, on_evict, [](uint64_t& old) { old = 0; });
+      ++v;
+      if (auto it = ref_find(key); it != ref.end()) {
+        it->touched = true;
+        ++it->value;
+      } else {
+        while (ref.size() >= kCapacity) {
+          while (ref.back().touched) {  // the second chance
+            ref.back().touched = false;
+            ref.splice(ref.begin(), ref, std::prev(ref.end()));
+          }
+          expected.push_back(ref.back().key);
+          ref.pop_back();
+        }
+        ref.push_front({key, 1, false});
+      }
+      last_touch[key] = now;
+      ASSERT_EQ(evicted, expected);
+    }
+    auto* oldest = lru.Oldest();
+    ASSERT_EQ(oldest != nullptr, !ref.empty());
+    if (oldest) ASSERT_EQ(oldest->first, ref.back().key);
+    if (now % 20000 == 0) {  // erase every 7th key while iterating
+      for (auto it = lru.begin(); it != lru.end();) it = it->first % 7 == 0 ? lru.Erase(it) : std::next(it);
+      ref.remove_if([](const Ref& e) { return e.key % 7 == 0; });
+      std::erase_if(last_touch, [](const auto& e) { return e.first % 7 == 0; });
+    }
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> got, want;
+  for (const auto& [k, v] : lru) got.emplace_back(k, v);
+  for (const Ref& e : ref) want.emplace_back(e.key, e.value);
+  EXPECT_EQ(got, want);
+  EXPECT_GT(evictions, 100'000u);
+  EXPECT_GT(not_least_recent, 0u);
+}
+
 // The sketch's Stream-Summary against an ordered set of (count, when the key reached that
 // count): the slot with the smallest such pair is replaced, so both keep exactly the same keys
 // and counts.

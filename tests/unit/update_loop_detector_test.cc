@@ -429,14 +429,17 @@ TEST(UpdateLoopTest, EvictedFiringStormStillResolvesOnce) {
   config.max_resources = 2;
   Harness run(config);
   std::vector<Event> events = Stream(Write(kOperator, "team-a", "job-1"), 10, 1, 0, 12 * kSec);
-  // Two other clients show up while the storm is still firing and push it out.
+  // Three other clients show up while the storm is still firing and push it out: touched, it
+  // gets a second chance at the first eviction (the first newcomer goes), and the third
+  // newcomer takes its place.
   events.push_back({13 * kSec, Write(Sa("x", "one"), "team-a", "job-2")});
   events.push_back({13 * kSec + 1, Write(Sa("x", "two"), "team-a", "job-3")});
+  events.push_back({13 * kSec + 2, Write(Sa("x", "three"), "team-a", "job-4")});
   run.sim.Run(std::move(events), 60 * kSec);
   auto resolved = run.sim.Of(StormState::kResolved);
   ASSERT_EQ(run.sim.Of(StormState::kFiring).size(), 1u);
   ASSERT_EQ(resolved.size(), 1u);
-  EXPECT_EQ(resolved[0].at_ns, 13 * kSec + 1);
+  EXPECT_EQ(resolved[0].at_ns, 13 * kSec + 2);
   EXPECT_EQ(resolved[0].evidence.identity.user, kOperator.user);
 }
 
