@@ -240,7 +240,9 @@ class BoundedLru {
     LinkFront(s);
   }
   // kApproximate, before the key at the back is evicted: while it was touched since it was
-  // placed, it goes to the front unmarked. Ends: each turn clears a mark.
+  // placed, it goes to the front unmarked. Ends: each turn clears a mark. One eviction may turn
+  // the whole table (every key marked), but each turn spends a touch's mark: over time, at most
+  // one turn per touch.
   void GiveSecondChances() {
     if (recency_ == Recency::kExact) return;
     while (true) {
