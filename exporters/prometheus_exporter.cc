@@ -295,6 +295,12 @@ PrometheusExporter::PrometheusExporter(ClientSeriesLimits limits)
                              .Name("stormwatch_detector_evictions_total")
                              .Help("Keys a storm detector dropped to stay within its limits.")
                              .Register(*registry_);
+  detector_refusals_ = &prometheus::BuildCounter()
+                            .Name("stormwatch_detector_refusals_total")
+                            .Help("New keys a storm detector's full table did not take in, seen no "
+                                  "more often lately than the key they would have evicted: their "
+                                  "requests went untracked.")
+                            .Register(*registry_);
   alertmanager_ = &prometheus::BuildCounter()
                        .Name("stormwatch_alertmanager_notifications_total")
                        .Help("Alert notifications to Alertmanager, by result (sent, failed, "
@@ -546,9 +552,11 @@ void PrometheusExporter::UpdateExemptSeriesGauge() {
 }
 
 void PrometheusExporter::SetDetectorState(const std::string& storm, size_t tracked_keys,
-                                          uint64_t evictions_cumulative) {
+                                          uint64_t evictions_cumulative,
+                                          uint64_t refusals_cumulative) {
   detector_tracked_->Add({{"storm", storm}}).Set(static_cast<double>(tracked_keys));
   AddCumulative(*detector_evictions_, evictions_seen_, "storm", storm, evictions_cumulative);
+  AddCumulative(*detector_refusals_, refusals_seen_, "storm", storm, refusals_cumulative);
 }
 
 void PrometheusExporter::SetAlertmanagerStats(uint64_t sent, uint64_t failed, uint64_t dropped) {

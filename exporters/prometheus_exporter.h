@@ -144,7 +144,7 @@ class PrometheusExporter {
                                  uint64_t cumulative, int64_t since_ns, int64_t seen_ns);
   // A detector's bounded state: keys held now and keys dropped so far (cumulative).
   void SetDetectorState(const std::string& storm, size_t tracked_keys,
-                        uint64_t evictions_cumulative);
+                        uint64_t evictions_cumulative, uint64_t refusals_cumulative);
   // Alertmanager notifications so far (cumulative).
   void SetAlertmanagerStats(uint64_t sent, uint64_t failed, uint64_t dropped);
   // A finished WATCH: how long it stayed open, and whether it was a streaming LIST.
@@ -266,6 +266,7 @@ class PrometheusExporter {
   prometheus::Family<prometheus::Counter>* exempt_;
   prometheus::Family<prometheus::Gauge>* detector_tracked_;
   prometheus::Family<prometheus::Counter>* detector_evictions_;
+  prometheus::Family<prometheus::Counter>* detector_refusals_;
   prometheus::Family<prometheus::Counter>* alertmanager_;
   prometheus::Family<prometheus::Histogram>* watch_duration_;
   prometheus::Family<prometheus::Gauge>* client_series_;
@@ -310,7 +311,8 @@ class PrometheusExporter {
   prometheus::Gauge* exempt_series_gauge_;
   // Storm gauges at 0, by labels: when their storm resolved, as of the first Compact after.
   std::map<Labels, std::optional<int64_t>> resolved_storms_;
-  std::map<std::string, uint64_t> loss_seen_, hits_seen_, evictions_seen_, alertmanager_seen_;
+  std::map<std::string, uint64_t> loss_seen_, hits_seen_, evictions_seen_, refusals_seen_,
+      alertmanager_seen_;
 };
 
 }  // namespace stormwatch

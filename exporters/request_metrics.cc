@@ -155,7 +155,7 @@ void RequestMetrics::PublishDetectorState(int64_t now_ns) {
   if (!detectors_) return;
   for (const auto& d : detectors_->detectors()) {
     DetectorStats st = d->Stats();
-    exporter_->SetDetectorState(d->storm(), st.tracked, st.evictions);
+    exporter_->SetDetectorState(d->storm(), st.tracked, st.evictions, st.refusals);
   }
   if (const ExemptClientDetector* exempt = detectors_->exempt()) {
     for (const ExemptClient& c : exempt->ExemptClients(now_ns)) {

@@ -32,7 +32,8 @@ ListStormDetector::Second& ListStormDetector::Second::operator+=(const Second& o
 }
 
 ListStormDetector::ListStormDetector(ListStormConfig config)
-    : config_(std::move(config)), entries_(config_.max_keys, Recency::kApproximate) {
+    : config_(std::move(config)),
+      entries_(config_.max_keys, Recency::kApproximate, Admission::kFrequency) {
   // Clamp nonsense so a bad config degrades instead of misbehaving.
   if (!(config_.list_rate > 0)) config_.list_rate = ListStormConfig{}.list_rate;
   if (!(config_.bytes_rate > 0)) config_.bytes_rate = ListStormConfig{}.bytes_rate;
@@ -49,7 +50,9 @@ void ListStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const RecordKeys keys = KeysOf(r);
   // Windows ending at each of the last resolve_s seconds, plus the second in progress.
   const auto ring = static_cast<size_t>(config_.sustain_s + config_.resolve_s + 1);
-  Entry& e = entries_.FindOrInsert(
+  // A full table takes a new key only if seen more often lately than the one it would evict:
+  // a storm's key gets in within a few LISTs; many alike clients do not evict one another.
+  Entry* admitted = entries_.FindOrAdmit(
       CombineKeys(keys.user, keys.resource),
       [&] {
         Entry fresh(ring);
@@ -58,6 +61,8 @@ void ListStormDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       },
       [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); },
       [&](Entry& reused) { reused.Reset(r, now_ns); });
+  if (admitted == nullptr) return;
+  Entry& e = *admitted;
   KeepLatestIdentity(e.identity, r);
   if (!r.response.priority_level.empty()) e.priority_levels.Add(r.response.priority_level);
   if (!r.response.flow_schema.empty()) e.flow_schemas.Add(r.response.flow_schema);
@@ -206,7 +211,7 @@ std::vector<StormEvidence> ListStormDetector::Active() const {
 }
 
 DetectorStats ListStormDetector::Stats() const {
-  return {observed_, entries_.evictions(), entries_.size()};
+  return {observed_, entries_.evictions(), entries_.size(), entries_.refusals()};
 }
 
 }  // namespace stormwatch

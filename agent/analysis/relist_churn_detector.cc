@@ -23,8 +23,9 @@ int64_t StartNs(const RequestRecord& r, int64_t now_ns) {
 }  // namespace
 
 RelistChurnDetector::RelistChurnDetector(RelistChurnConfig config)
-    : config_(std::move(config)), entries_(config_.max_keys, Recency::kApproximate),
-      informers_(config_.max_keys, Recency::kApproximate) {
+    : config_(std::move(config)),
+      entries_(config_.max_keys, Recency::kApproximate, Admission::kFrequency),
+      informers_(config_.max_keys, Recency::kApproximate, Admission::kFrequency) {
   if (!(config_.watch_rate > 0)) config_.watch_rate = RelistChurnConfig{}.watch_rate;
   config_.window_s = std::max(config_.window_s, 1);
   config_.min_relists = std::max(config_.min_relists, 1);
@@ -47,7 +48,10 @@ void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
 
   // Windows ending at each of the last resolve_s seconds, plus the second in progress.
   const auto ring = static_cast<size_t>(config_.window_s + config_.resolve_s + 1);
-  Entry& e = entries_.FindOrInsert(
+  // Full tables take a new key only if seen more often lately than the one it would evict: a
+  // churning client's keys get in within a few cycles; many alike clients do not evict one
+  // another (their requests go untracked, counted as refusals).
+  Entry* admitted = entries_.FindOrAdmit(
       key,
       [&] {
         Entry fresh(ring);
@@ -56,9 +60,15 @@ void RelistChurnDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       },
       [&](uint64_t, Entry& victim) { evicted_.Evict(victim.alert, now_ns); },
       [&](Entry& reused) { reused.Reset(r); });
+  if (admitted == nullptr) return;
+  Entry& e = *admitted;
   KeepLatestIdentity(e.identity, r);
-  Informer& informer =
-      informers_.FindOrInsert(informer_key, [] { return Informer{}; }, [](auto&, auto&) {});
+  Informer* informer_admitted =
+      informers_.FindOrAdmit(informer_key, [] { return Informer{}; }, [](auto&, auto&) {},
+                             [](Informer& reused) { reused = Informer{}; });
+  // Not admitted: the request still counts for its entry, but pairs with no LIST.
+  Informer untracked;
+  Informer& informer = informer_admitted ? *informer_admitted : untracked;
   Second* second = e.seconds.Slot(start_ns / kNsPerSecond);  // nullptr: began too long ago
 
   if (!is_watch) {
@@ -202,7 +212,7 @@ std::vector<StormEvidence> RelistChurnDetector::Active() const {
 
 DetectorStats RelistChurnDetector::Stats() const {
   return {observed_, entries_.evictions() + informers_.evictions(),
-          entries_.size() + informers_.size()};
+          entries_.size() + informers_.size(), entries_.refusals() + informers_.refusals()};
 }
 
 }  // namespace stormwatch

@@ -103,6 +103,9 @@ struct DetectorStats {
   uint64_t observed = 0;   // requests the detector looked at (not ignored outright)
   uint64_t evictions = 0;  // tracked keys dropped to stay within limits
   size_t tracked = 0;      // keys held now
+  // Newcomers a full table did not admit (seen no more often lately than the key they would
+  // have evicted): their requests went untracked. BoundedLru's Admission::kFrequency.
+  uint64_t refusals = 0;
 };
 
 class StormDetector {

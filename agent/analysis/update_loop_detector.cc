@@ -138,8 +138,9 @@ std::vector<std::string> UpdateLoopConfig::Problems() const {
 }
 
 UpdateLoopDetector::UpdateLoopDetector(UpdateLoopConfig config)
-    : config_(std::move(config)), objects_(config_.max_objects, Recency::kApproximate),
-      resources_(config_.max_resources, Recency::kApproximate) {
+    : config_(std::move(config)),
+      objects_(config_.max_objects, Recency::kApproximate, Admission::kFrequency),
+      resources_(config_.max_resources, Recency::kApproximate, Admission::kFrequency) {
   // Clamp what Problems() reports, so a bad config degrades instead of misbehaving.
   if (!(config_.object_rate > 0)) config_.object_rate = UpdateLoopConfig{}.object_rate;
   if (!(config_.resource_rate > 0)) config_.resource_rate = UpdateLoopConfig{}.resource_rate;
@@ -159,14 +160,10 @@ UpdateLoopDetector::UpdateLoopDetector(UpdateLoopConfig config)
 
 UpdateLoopDetector::~UpdateLoopDetector() = default;
 
-UpdateLoopDetector::ResourceEntry& UpdateLoopDetector::TouchResource(const RequestRecord& r,
+UpdateLoopDetector::ResourceEntry* UpdateLoopDetector::TouchResource(const RequestRecord& r,
                                                                      uint64_t key,
                                                                      int64_t now_ns) {
-  if (ResourceEntry* found = resources_.Touch(key)) {
-    KeepLatestIdentity(found->identity, r);
-    return *found;
-  }
-  ResourceEntry& res = resources_.FindOrInsert(
+  ResourceEntry* res = resources_.FindOrAdmit(
       key,
       [&] {
         ResourceEntry fresh(resource_ring_);
@@ -184,6 +181,7 @@ UpdateLoopDetector::ResourceEntry& UpdateLoopDetector::TouchResource(const Reque
   for (UpdateLoopTransition& t : pending_) {
     if (t.at_ns == 0) t.at_ns = now_ns;
   }
+  if (res != nullptr) KeepLatestIdentity(res->identity, r);  // a new entry's: nothing to do
   return res;
 }
 
@@ -199,7 +197,13 @@ void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
   const uint64_t object_key = CombineKeys(keys.client, keys.object);
 
   const int64_t bucket = BucketOf(now_ns);
-  ObjectEntry* object = &objects_.FindOrInsert(
+  // Full tables take a new key only if seen more often lately than the one it would evict: a
+  // loop's client and object get in within a few writes; many alike clients and objects do not
+  // evict one another. A write whose client and resource are not tracked goes untracked; one
+  // whose object alone is not still counts for its resource.
+  ResourceEntry* res = TouchResource(r, resource_key, now_ns);
+  if (res == nullptr) return;
+  ObjectEntry* object = objects_.FindOrAdmit(
       object_key,
       [&] {
         ObjectEntry fresh(object_ring_);
@@ -209,15 +213,18 @@ void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
       [&](uint64_t, ObjectEntry&) { ++stats_.object_evictions; },
       [&](ObjectEntry& reused) { reused.Reset(object_key, resource_key, info); });
   newest_bucket_ = std::max(newest_bucket_, bucket);
-  object->touched_bucket = newest_bucket_;
-  uint32_t* count = object->counts.Slot(bucket);
-  ResourceEntry& res = TouchResource(r, resource_key, now_ns);
-  ResourceBucket* rb = res.buckets.Slot(bucket);
-  if (count == nullptr || rb == nullptr) {
+  if (object != nullptr) object->touched_bucket = newest_bucket_;
+  uint32_t* count = object ? object->counts.Slot(bucket) : nullptr;
+  ResourceBucket* rb = res->buckets.Slot(bucket);
+  if ((object != nullptr && count == nullptr) || rb == nullptr) {
     ++stats_.late_dropped;
     return;
   }
+  ++rb->writes;
+  rb->codes.Add(r.status);
+  if (object == nullptr) return;
   ++*count;
+  rb->max_object_writes = std::max(rb->max_object_writes, *count);
   if (r.status >= 200 && r.status < 300 && r.response.object_seen && r.response.generation >= 0) {
     if (object->last_generation >= 0 && r.response.generation != object->last_generation) {
       ++object->generation_changes;
@@ -225,9 +232,6 @@ void UpdateLoopDetector::Observe(const RequestRecord& r, int64_t now_ns) {
     object->last_generation = r.response.generation;
     ++object->generations_seen;
   }
-  ++rb->writes;
-  rb->max_object_writes = std::max(rb->max_object_writes, *count);
-  rb->codes.Add(r.status);
 }
 
 UpdateLoopEvidence UpdateLoopDetector::BuildEvidence(const ResourceEntry& res, int64_t last_bucket,
@@ -393,6 +397,8 @@ UpdateLoopStats UpdateLoopDetector::Stats() const {
   UpdateLoopStats s = stats_;
   s.tracked_objects = objects_.size();
   s.tracked_resources = resources_.size();
+  s.object_refusals = objects_.refusals();
+  s.resource_refusals = resources_.refusals();
   return s;
 }
 
@@ -457,7 +463,7 @@ std::vector<StormEvidence> UpdateLoopStormDetector::Active() const {
 DetectorStats UpdateLoopStormDetector::Stats() const {
   UpdateLoopStats s = detector_.Stats();
   return {s.writes_observed, s.object_evictions + s.resource_evictions,
-          s.tracked_objects + s.tracked_resources};
+          s.tracked_objects + s.tracked_resources, s.object_refusals + s.resource_refusals};
 }
 
 }  // namespace stormwatch

@@ -99,6 +99,10 @@ struct UpdateLoopStats {
   uint64_t late_dropped = 0;  // writes older than any bucket still kept
   uint64_t object_evictions = 0;
   uint64_t resource_evictions = 0;
+  // New keys full tables did not admit (BoundedLru's Admission::kFrequency): the write went
+  // untracked (resource), or counted for its resource only (object).
+  uint64_t object_refusals = 0;
+  uint64_t resource_refusals = 0;
   size_t tracked_objects = 0;
   size_t tracked_resources = 0;
 };
@@ -128,7 +132,8 @@ class UpdateLoopDetector {
   struct ObjectEntry;
   struct ResourceEntry;
 
-  ResourceEntry& TouchResource(const RequestRecord& r, uint64_t key, int64_t now_ns);
+  // The client and resource's entry; nullptr when a full table did not admit it.
+  ResourceEntry* TouchResource(const RequestRecord& r, uint64_t key, int64_t now_ns);
   UpdateLoopEvidence BuildEvidence(const ResourceEntry& res, int64_t last_bucket,
                                    std::vector<TopObject> top) const;
 

@@ -18,6 +18,15 @@
 // pointer chasing through a std::list), and values that never move once inserted. The links
 // are an array of their own: making a key the most recent rewrites its neighbours' and the
 // head's links, 8 bytes each in one dense array, not a cache line in each of three entries.
+//
+// Admission::kFrequency (the detectors' tables that turn over when more clients are live than
+// they hold) adds TinyLFU's admission to FindOrAdmit: every call counts a sighting of its key in
+// a FrequencySketch, and once the table is full a key not held takes the place of the key to be
+// evicted only if it was seen more often lately. Alike keys (10,000 clients each as busy as the
+// next) then stop evicting one another: a refused newcomer writes nothing but its sketch counters
+// and reads no entry (the victim's hash is kept beside its links), where an eviction rewrote a
+// cold entry. A storm's key is seen more often than the rest within a few of its requests and
+// gets in. The sketch (16 bytes per key) is made when the table first fills.
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
@@ -32,10 +41,15 @@
 #include <utility>
 #include <vector>
 
+#include "agent/core/frequency_sketch.h"
+
 namespace stormwatch {
 
 // How exactly a touch orders keys (see above).
 enum class Recency { kExact, kApproximate };
+// Whether a full table takes every newcomer (evicting its least recent key), or only those
+// seen more often lately than that key (FindOrAdmit; see above).
+enum class Admission { kAll, kFrequency };
 
 template <typename Key, typename Value, typename Hash = absl::Hash<Key>>
 class BoundedLru {
@@ -80,8 +94,11 @@ class BoundedLru {
   using iterator = Iter<BoundedLru, Entry>;
   using const_iterator = Iter<const BoundedLru, const Entry>;
 
-  explicit BoundedLru(size_t capacity, Recency recency = Recency::kExact)
-      : capacity_(std::clamp<size_t>(capacity, 1, kNil - 1)), recency_(recency) {}
+  explicit BoundedLru(size_t capacity, Recency recency = Recency::kExact,
+                      Admission admission = Admission::kAll)
+      : capacity_(std::clamp<size_t>(capacity, 1, kNil - 1)),
+        recency_(recency),
+        admission_(admission) {}
   BoundedLru(const BoundedLru&) = delete;
   BoundedLru& operator=(const BoundedLru&) = delete;
   ~BoundedLru() {
@@ -128,7 +145,7 @@ class BoundedLru {
     const uint32_t s = Acquire();
     new (At(s).storage) Entry(key, make());
     LinkFront(s);
-    index_.emplace(key, Indexed{s});
+    Index(key, s);
     return At(s).entry().second;
   }
 
@@ -140,32 +157,31 @@ class BoundedLru {
   template <typename Make, typename OnEvict, typename Reuse>
   Value& FindOrInsert(const Key& key, Make make, OnEvict on_evict, Reuse reuse) {
     if (Value* v = Touch(key)) return *v;
-    if (size_ < capacity_) return FindOrInsert(key, make, on_evict);
-    GiveSecondChances();
-    Entry& victim = At(tail_).entry();
-    on_evict(victim.first, victim.second);
-    if constexpr (std::is_trivially_copyable_v<Key>) {
-      // The value stays in its slot and only the key is replaced (a const member of a
-      // non-const object may be: C++20 [basic.life]): nothing moved, nothing destroyed.
-      const uint32_t s = tail_;
-      index_.erase(victim.first);
-      ++evictions_;
-      reuse(victim.second);
-      new (const_cast<Key*>(&victim.first)) Key(key);
-      MoveToFront(s);
-      index_.emplace(key, Indexed{s});
-      return At(s).entry().second;
+    return InsertAbsent(key, make, on_evict, reuse);
+  }
+
+  // Admission::kFrequency: FindOrInsert(key, make, on_evict, reuse), except that when the table
+  // is full a key not held gets in only if seen more often lately than the key it would evict;
+  // nullptr when it was refused (its request goes untracked; counted in refusals()). Every call
+  // counts a sighting of `key`, held or not, once the table has been full.
+  template <typename Make, typename OnEvict, typename Reuse>
+  Value* FindOrAdmit(const Key& key, Make make, OnEvict on_evict, Reuse reuse) {
+    if (admission_ == Admission::kAll) return &FindOrInsert(key, make, on_evict, reuse);
+    const uint64_t hash = HashOf(key);
+    if (sightings_) sightings_->Add(hash);
+    if (Value* v = Touch(key)) return v;
+    if (size_ >= capacity_) {
+      if (!sightings_) {  // first full: from now on, sightings count
+        sightings_ = std::make_unique<FrequencySketch>(capacity_);
+        sightings_->Add(hash);
+      }
+      GiveSecondChances();
+      if (sightings_->Estimate(hash) <= sightings_->Estimate(hashes_[tail_])) {
+        ++refusals_;
+        return nullptr;
+      }
     }
-    Value value = std::move(victim.second);
-    index_.erase(victim.first);
-    Release(tail_);
-    ++evictions_;
-    reuse(value);
-    const uint32_t s = Acquire();
-    new (At(s).storage) Entry(key, std::move(value));
-    LinkFront(s);
-    index_.emplace(key, Indexed{s});
-    return At(s).entry().second;
+    return &InsertAbsent(key, make, on_evict, reuse);
   }
 
   // The least recently touched entry (kApproximate: placed), nullptr when empty (for expiry
@@ -197,8 +213,52 @@ class BoundedLru {
   size_t size() const { return size_; }
   size_t capacity() const { return capacity_; }
   uint64_t evictions() const { return evictions_; }
+  uint64_t refusals() const { return refusals_; }  // newcomers not admitted (kFrequency)
 
  private:
+  // FindOrInsert's insertion, `key` not held: placed at the front.
+  template <typename Make, typename OnEvict, typename Reuse>
+  Value& InsertAbsent(const Key& key, Make make, OnEvict on_evict, Reuse reuse) {
+    if (size_ < capacity_) {
+      const uint32_t s = Acquire();
+      new (At(s).storage) Entry(key, make());
+      LinkFront(s);
+      Index(key, s);
+      return At(s).entry().second;
+    }
+    GiveSecondChances();
+    Entry& victim = At(tail_).entry();
+    on_evict(victim.first, victim.second);
+    if constexpr (std::is_trivially_copyable_v<Key>) {
+      // The value stays in its slot and only the key is replaced (a const member of a
+      // non-const object may be: C++20 [basic.life]): nothing moved, nothing destroyed.
+      const uint32_t s = tail_;
+      index_.erase(victim.first);
+      ++evictions_;
+      reuse(victim.second);
+      new (const_cast<Key*>(&victim.first)) Key(key);
+      MoveToFront(s);
+      Index(key, s);
+      return At(s).entry().second;
+    }
+    Value value = std::move(victim.second);
+    index_.erase(victim.first);
+    Release(tail_);
+    ++evictions_;
+    reuse(value);
+    const uint32_t s = Acquire();
+    new (At(s).storage) Entry(key, std::move(value));
+    LinkFront(s);
+    Index(key, s);
+    return At(s).entry().second;
+  }
+
+  // Indexes `key` at slot `s` (kFrequency: keeps its hash beside its links).
+  void Index(const Key& key, uint32_t s) {
+    index_.emplace(key, Indexed{s});
+    if (admission_ == Admission::kFrequency) hashes_[s] = HashOf(key);
+  }
+
   Slot& At(uint32_t s) { return chunks_[s / kChunk][s % kChunk]; }
   const Slot& At(uint32_t s) const { return chunks_[s / kChunk][s % kChunk]; }
 
@@ -210,6 +270,7 @@ class BoundedLru {
     }
     if (allocated_ % kChunk == 0) chunks_.push_back(std::make_unique<Slot[]>(kChunk));
     links_.emplace_back();
+    if (admission_ == Admission::kFrequency) hashes_.push_back(0);
     return allocated_++;
   }
   // Unlinks slot `s`, destroys its entry and puts it on the free list.
@@ -253,8 +314,13 @@ class BoundedLru {
     }
   }
 
+  // The sketch's key: the table's Hash, whose bits must all be well mixed for kFrequency (the
+  // sketch picks its block by the low bits and its counters by the high ones; absl::Hash's are).
+  static uint64_t HashOf(const Key& key) { return Hash{}(key); }
+
   size_t capacity_;
   Recency recency_;
+  Admission admission_;
   // A key's slot, and (kApproximate) whether it was touched since it was placed at the front:
   // kept in the index, which a touch reads anyway, so marking a key reads nothing more.
   struct Indexed {
@@ -268,6 +334,11 @@ class BoundedLru {
   };
   std::vector<Link> links_;  // by slot number, one per slot handed out
   uint32_t allocated_ = 0;  // slots handed out so far (chunks_ hold them)
+  // kFrequency: each slot's key's HashOf, so that weighing a newcomer against the key it would
+  // evict reads no entry; and the sightings, made when the table first fills.
+  std::vector<uint64_t> hashes_;
+  std::unique_ptr<FrequencySketch> sightings_;
+  uint64_t refusals_ = 0;
   uint32_t head_ = kNil, tail_ = kNil, free_ = kNil;
   size_t size_ = 0;
   uint64_t evictions_ = 0;

@@ -366,6 +366,17 @@ LoopFigures RunPasses(benchmark::State& state, const DetectorsConfig& detectors,
                                                       [](const StormTransition&) {});
     state.ResumeTiming();
     const LoopFigures f = pass(*pipeline);
+    // REPLAY_BENCH_EVICTIONS=1: how each detector's tables fared over the pass (how many keys
+    // turned over, how many newcomers were refused), printed after it.
+    if (std::getenv("REPLAY_BENCH_EVICTIONS") != nullptr) {
+      for (const auto& d : pipeline->detectors()) {
+        const DetectorStats st = d->Stats();
+        std::fprintf(stderr, "%s: observed %llu, evictions %llu, refusals %llu, tracked %zu\n",
+                     d->storm(), static_cast<unsigned long long>(st.observed),
+                     static_cast<unsigned long long>(st.evictions),
+                     static_cast<unsigned long long>(st.refusals), st.tracked);
+      }
+    }
     total.records += f.records;
     total.ticks += f.ticks;
     total.counted += f.counted;

@@ -175,6 +175,12 @@ class Agent:
                 counts[key] = counts.get(key, 0) + int(v)
         return counts
 
+    def capture_losses(self):
+        """stormwatch_capture_lost_total by cause, the non-zero ones: what a failed count
+        comparison prints, so a request the agent missed says where it was lost."""
+        return {l.get("cause", ""): v for n, l, v in self.metrics()
+                if n == "stormwatch_capture_lost_total" and v}
+
     def settled_request_counts(self, timeout=5):
         """request_counts() once unchanged for 0.3 s: the last requests before a pause may still
         be in the agent's ring buffer (drained every 10 ms)."""

@@ -440,7 +440,8 @@ class StormScenarios(unittest.TestCase):
         deadline = time.monotonic() + 10
         while self.agent.request_counts() != expected and time.monotonic() < deadline:
             time.sleep(0.2)
-        self.assertEqual(self.agent.request_counts(), expected)
+        self.assertEqual(self.agent.request_counts(), expected,
+                         "capture losses: %s" % self.agent.capture_losses())
         self.assertEqual(self.agent.alerts, [])
         self.assertEqual(self.agent.metric_value("stormwatch_storms_total"), 0)
 

@@ -476,13 +476,14 @@ TEST(PrometheusExporterTest, ExemptClientRequestsAreCountersCappedAndEndWhenIdle
 
 TEST(PrometheusExporterTest, CumulativeCountsBecomeCounters) {
   PrometheusExporter e;
-  e.SetDetectorState("list_storm", 17, 5);
-  e.SetDetectorState("list_storm", 12, 9);
+  e.SetDetectorState("list_storm", 17, 5, 40);
+  e.SetDetectorState("list_storm", 12, 9, 41);
   e.SetAlertmanagerStats(3, 1, 0);
   e.SetAlertmanagerStats(7, 1, 2);
   std::string m = Metrics(e);
   EXPECT_TRUE(Has(m, R"(stormwatch_detector_tracked_keys{storm="list_storm"} 12)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_detector_evictions_total{storm="list_storm"} 9)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_detector_refusals_total{storm="list_storm"} 41)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_alertmanager_notifications_total{result="sent"} 7)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_alertmanager_notifications_total{result="failed"} 1)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_alertmanager_notifications_total{result="dropped"} 2)")) << m;
@@ -537,7 +538,7 @@ TEST(PrometheusExporterTest, PromtoolFindsNothingToLint) {
   e.CountThrottled("bob", "workload-low", 1);
   e.CountExemptClientRequests("alice", "system_masters", 12, 0, 60 * kSec);
   e.SetBuildInfo({{"version", "0.1.0"}, {"commit", "abc"}, {"libbpf", "1.4"}, {"kernel", "6.1.0"}});
-  e.SetDetectorState("update_loop", 4, 0);
+  e.SetDetectorState("update_loop", 4, 0, 0);
   e.SetAlertmanagerStats(1, 0, 0);
   e.CountWatch("alice", "", "pods", 300, true);
   e.Compact(60 * kSec);

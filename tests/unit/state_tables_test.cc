@@ -197,6 +197,55 @@ TEST(BoundedLru, ApproximateRecencyGivesTouchedKeysASecondChance) {
 // random touches, finds, inserts and erases over 3,000 keys with room for 1,000, with both
 // FindOrInsert forms and erasing while iterating. The evictions, Oldest() and the order match;
 // some evictions differ from what exact LRU would evict (the order is approximate).
+TEST(BoundedLru, FrequencyAdmissionLetsInOnlyKeysSeenMoreOftenThanTheVictim) {
+  BoundedLru<uint64_t, int> lru(4, Recency::kApproximate, Admission::kFrequency);
+  std::vector<uint64_t> evicted;
+  auto make = [] { return 0; };
+  auto on_evict = [&](uint64_t k, int&) { evicted.push_back(k); };
+  auto reuse = [](int& v) { v = 0; };
+  auto order = [&] {
+    std::vector<uint64_t> keys;
+    for (const auto& [k, v] : lru) keys.push_back(k);
+    return keys;
+  };
+  for (uint64_t k : {1, 2, 3, 4}) ASSERT_NE(lru.FindOrAdmit(k, make, on_evict, reuse), nullptr);
+  // The first time the table is full, its keys have no sightings yet (the sketch starts then):
+  // a newcomer, seen once, outweighs the victim.
+  ASSERT_NE(lru.FindOrAdmit(5, make, on_evict, reuse), nullptr);
+  EXPECT_EQ(evicted, std::vector<uint64_t>{1});
+  // Keys held and seen since: 2 (the next victim) three times, the others twice.
+  for (int i = 0; i < 2; ++i) {
+    for (uint64_t k : {2, 3, 4, 5}) *lru.FindOrAdmit(k, make, on_evict, reuse) += 1;
+  }
+  *lru.FindOrAdmit(2, make, on_evict, reuse) += 1;
+  for (int i = 0; i < 4; ++i) ASSERT_NE(lru.Find(2 + i), nullptr);
+  // The marks give every key its second chance first: the victim is the oldest placed, 2.
+  // A newcomer seen once, twice, three times: refused while not seen more often than 2.
+  for (int seen = 1; seen <= 3; ++seen) {
+    EXPECT_EQ(lru.FindOrAdmit(6, make, on_evict, reuse), nullptr) << seen;
+  }
+  EXPECT_EQ(lru.refusals(), 3u);
+  EXPECT_EQ(lru.Find(6), nullptr);
+  EXPECT_EQ(evicted, std::vector<uint64_t>{1});  // nothing evicted by a refusal
+  EXPECT_EQ(lru.size(), 4u);
+  // The fourth sighting outweighs 2's three: 6 takes its place.
+  int* six = lru.FindOrAdmit(6, make, on_evict, reuse);
+  ASSERT_NE(six, nullptr);
+  EXPECT_EQ(*six, 0);
+  EXPECT_EQ(evicted, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(order().front(), 6u);
+  EXPECT_EQ(lru.refusals(), 3u);
+  EXPECT_EQ(lru.evictions(), 2u);
+  // A key held is found whatever its sightings.
+  EXPECT_NE(lru.FindOrAdmit(3, make, on_evict, reuse), nullptr);
+
+  // Admission::kAll (the default): FindOrAdmit is FindOrInsert, no sketch, no refusal.
+  BoundedLru<uint64_t, int> all(2, Recency::kApproximate);
+  for (uint64_t k : {1, 2, 3, 4, 5}) ASSERT_NE(all.FindOrAdmit(k, make, [](uint64_t, int&) {}, reuse), nullptr);
+  EXPECT_EQ(all.evictions(), 3u);
+  EXPECT_EQ(all.refusals(), 0u);
+}
+
 TEST(BoundedLru, ApproximateRecencyMatchesAReferenceClock) {
   constexpr size_t kCapacity = 1000;
   BoundedLru<uint64_t, uint64_t> lru(kCapacity, Recency::kApproximate);
