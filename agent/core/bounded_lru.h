@@ -142,11 +142,7 @@ class BoundedLru {
       Release(tail_);
       ++evictions_;
     }
-    const uint32_t s = Acquire();
-    new (At(s).storage) Entry(key, make());
-    LinkFront(s);
-    Index(key, s);
-    return At(s).entry().second;
+    return Place(key, make());
   }
 
   // The same, but when the map is full the least recent key's value is handed to
@@ -219,13 +215,7 @@ class BoundedLru {
   // FindOrInsert's insertion, `key` not held: placed at the front.
   template <typename Make, typename OnEvict, typename Reuse>
   Value& InsertAbsent(const Key& key, Make make, OnEvict on_evict, Reuse reuse) {
-    if (size_ < capacity_) {
-      const uint32_t s = Acquire();
-      new (At(s).storage) Entry(key, make());
-      LinkFront(s);
-      Index(key, s);
-      return At(s).entry().second;
-    }
+    if (size_ < capacity_) return Place(key, make());
     GiveSecondChances();
     Entry& victim = At(tail_).entry();
     on_evict(victim.first, victim.second);
@@ -246,13 +236,17 @@ class BoundedLru {
     Release(tail_);
     ++evictions_;
     reuse(value);
+    return Place(key, std::move(value));
+  }
+
+  // A new entry for `key`, at the front (room already made).
+  Value& Place(const Key& key, Value&& value) {
     const uint32_t s = Acquire();
     new (At(s).storage) Entry(key, std::move(value));
     LinkFront(s);
     Index(key, s);
     return At(s).entry().second;
   }
-
   // Indexes `key` at slot `s` (kFrequency: keeps its hash beside its links).
   void Index(const Key& key, uint32_t s) {
     index_.emplace(key, Indexed{s});
