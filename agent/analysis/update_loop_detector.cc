@@ -139,7 +139,9 @@ std::vector<std::string> UpdateLoopConfig::Problems() const {
 
 UpdateLoopDetector::UpdateLoopDetector(UpdateLoopConfig config)
     : config_(std::move(config)),
-      objects_(config_.max_objects, Recency::kApproximate, Admission::kFrequency),
+      // Exact recency: Evaluate stops at the first object not written within the window, which
+      // CLOCK's placement order would reach before a busy object placed long ago.
+      objects_(config_.max_objects, Recency::kExact, Admission::kFrequency),
       resources_(config_.max_resources, Recency::kApproximate, Admission::kFrequency) {
   // Clamp what Problems() reports, so a bad config degrades instead of misbehaving.
   if (!(config_.object_rate > 0)) config_.object_rate = UpdateLoopConfig{}.object_rate;

@@ -141,7 +141,7 @@ class UpdateLoopDetector {
   size_t object_ring_ = 0;    // buckets kept per object
   size_t resource_ring_ = 0;  // buckets kept per resource key
 
-  // Bounded, most recently written first (Evaluate relies on that order).
+  // Bounded. objects_: most recently written first, exactly (Evaluate relies on that order).
   BoundedLru<uint64_t, ObjectEntry> objects_;
   BoundedLru<uint64_t, ResourceEntry> resources_;
 
