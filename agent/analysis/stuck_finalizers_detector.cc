@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -28,7 +29,7 @@ struct StuckFinalizersDetector::Stuck {
   size_t count = 0;        // stuck: terminating for >= stuck_after_s
   size_t terminating = 0;  // all terminating objects of the resource
   std::vector<const Terminating*> oldest;  // the oldest stuck ones, oldest first
-  const LastWrite* last_writer = nullptr;  // the latest write on any stuck object
+  const Terminating* last_written = nullptr;  // the stuck object written last (writer known)
   std::string namespace_;
   bool one_namespace = true;
 };
@@ -37,7 +38,7 @@ StuckFinalizersDetector::StuckFinalizersDetector(StuckFinalizersConfig config)
     : config_(std::move(config)),
       writer_bucket_s_(1),
       terminating_(config_.max_objects, Recency::kApproximate),
-      last_writes_(config_.max_objects, Recency::kApproximate),
+      last_writes_(config_.max_objects),
       packed_clients_(config_.max_writing_clients, Recency::kApproximate),
       resources_(config_.max_resources, Recency::kApproximate) {
   config_.stuck_after_s = std::max(config_.stuck_after_s, 1);
@@ -73,6 +74,8 @@ const PackedIdentity& StuckFinalizersDetector::PackedWriter(const RequestRecord&
 void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordKeys& keys,
                                            bool allowed, int64_t now_ns) {
   const bool object = !r.info.name.empty();
+  // Few objects are terminating at a time: their table stays small and cached.
+  Terminating* terminating = object ? terminating_.Find(keys.object) : nullptr;
   if (!allowed) {
     Resource& res = TouchResource(r, keys.resource, now_ns);
     const size_t tracked = res.writers.size();
@@ -85,18 +88,38 @@ void StuckFinalizersDetector::ObserveWrite(const RequestRecord& r, const RecordK
     if (uint32_t* bucket = w.writes.Slot(now_ns / kNsPerSecond / writer_bucket_s_)) ++*bucket;
     w.last_write_ns = std::max(w.last_write_ns, now_ns);
     if (object) {
-      last_writes_.FindOrInsert(keys.object, [] { return LastWrite{}; },
-                                [](uint64_t, LastWrite&) {}) = {w.packed_identity, now_ns};
+      last_writes_.Record(keys.object, keys.client, now_ns);
+      if (terminating && now_ns >= terminating->last_write_ns) {
+        terminating->last_writer = w.packed_identity;
+        terminating->last_write_ns = now_ns;
+      }
     }
   }
   const ResponseFacts& f = r.response;
-  if (!object || r.status < 200 || r.status >= 300) return;
+  if (!terminating || r.status < 200 || r.status >= 300) return;
   if (!f.object_seen || !f.finalizers_seen) return;
   if (f.finalizers.empty() || !f.deletion_timestamp) {
     terminating_.Erase(keys.object);  // finalizers gone (or a new object of the same name)
-  } else if (Terminating* t = terminating_.Find(keys.object)) {
-    t->finalizers = f.finalizers;  // some removed, others left
+  } else {
+    terminating->finalizers = f.finalizers;  // some removed, others left
   }
+}
+
+void StuckFinalizersDetector::NameLastWriter(const Resource& res, uint64_t object_key,
+                                             Terminating& t) {
+  const std::optional<SetAssociativeWriters::Write> last = last_writes_.Find(object_key);
+  if (!last) return;
+  // A steady writer keeps its slot (and packed identity) among the resource's top writers; a
+  // light one was packed when it last took a slot over.
+  const Writer* writer = res.writers.PayloadOf(last->client_key);
+  const PackedIdentity* packed =
+      writer ? &writer->packed_identity : packed_clients_.Find(last->client_key);
+  if (!packed || packed->empty()) {
+    ++writers_forgotten_;
+    return;
+  }
+  t.last_writer = *packed;
+  t.last_write_ns = last->at_s * kNsPerSecond;
 }
 
 void StuckFinalizersDetector::Observe(const RequestRecord& r, int64_t now_ns) {
@@ -134,12 +157,13 @@ void StuckFinalizersDetector::Observe(const RequestRecord& r, int64_t now_ns) {
     t->finalizers = f.finalizers;  // a repeated DELETE: still terminating since the first
     return;
   }
-  terminating_.FindOrInsert(
+  Terminating& t = terminating_.FindOrInsert(
       keys.object,
       [&] {
         return Terminating{keys.resource, info.namespace_, info.name, f.finalizers, now_ns};
       },
       [](uint64_t, Terminating&) {});
+  NameLastWriter(res, keys.object, t);
 }
 
 uint32_t StuckFinalizersDetector::WritesInLookback(const Writer& w) const {
@@ -175,7 +199,7 @@ StormEvidence StuckFinalizersDetector::BuildEvidence(const Resource& res, const 
   }
   const int64_t oldest_s = Seconds(now_ns - stuck.oldest.front()->since_ns);
   const Identity last_writer_identity =
-      stuck.last_writer ? stuck.last_writer->identity.Unpack() : Identity{};
+      stuck.last_written ? stuck.last_written->last_writer.Unpack() : Identity{};
   const std::string& last_writer = last_writer_identity.user;
   const Identity silent_identity = silent ? silent->packed_identity.Unpack() : Identity{};
 
@@ -183,7 +207,7 @@ StormEvidence StuckFinalizersDetector::BuildEvidence(const Resource& res, const 
   ev.storm = kStuckFinalizersStorm;
   if (silent) {
     ev.identity = silent_identity;
-  } else if (stuck.last_writer) {
+  } else if (stuck.last_written) {
     ev.identity = last_writer_identity;
   }
   ev.api_group = res.api_group;
@@ -241,9 +265,9 @@ std::vector<StormTransition> StuckFinalizersDetector::Evaluate(int64_t now_ns) {
       s.one_namespace = s.one_namespace && s.namespace_ == t.namespace_;
       s.oldest.insert(std::upper_bound(s.oldest.begin(), s.oldest.end(), &t, older), &t);
       if (s.oldest.size() > kExamples) s.oldest.pop_back();
-      const LastWrite* w = last_writes_.Find(it->first);
-      if (w && !w->identity.empty() && (!s.last_writer || w->at_ns > s.last_writer->at_ns)) {
-        s.last_writer = w;
+      if (!t.last_writer.empty() &&
+          (!s.last_written || t.last_write_ns > s.last_written->last_write_ns)) {
+        s.last_written = &t;
       }
     }
     ++it;
@@ -283,7 +307,7 @@ DetectorStats StuckFinalizersDetector::Stats() const {
   for (const auto& [key, res] : resources_) writers += res.writers.size();
   return {observed_,
           terminating_.evictions() + last_writes_.evictions() + writer_takeovers_ +
-              resources_.evictions() + orphans_dropped_,
+              resources_.evictions() + orphans_dropped_ + writers_forgotten_,
           terminating_.size() + last_writes_.size() + writers + resources_.size()};
 }
 

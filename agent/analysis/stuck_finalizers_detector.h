@@ -17,10 +17,18 @@
 // keeps identities from marking objects and from being named, but their writes still clear
 // finalizers (an object's facts are facts whoever wrote them).
 //
+// The last writer: each object's latest write (its client's key and second) is kept in a
+// set-associative table of max_objects entries. A DELETE that marks an object terminating names
+// that client from the resource's top writers or the packed identities of the last
+// max_writing_clients writing clients, and keeps the identity with the object; writes to an
+// object already terminating replace it. So the identities of writers are held for terminating
+// objects only, not for each of 100,000 objects written.
+//
 // State is bounded: max_objects terminating objects (oldest dropped first), max_objects
-// objects' last writers, writers_per_resource writers of each of max_resources resources
-// (least recently seen dropped first; a firing resource dropped is Resolved) and the packed
-// identities of max_writing_clients writing clients. Not thread-safe.
+// objects' last writes (in sets of four: the set's least recently written first),
+// writers_per_resource writers of each of max_resources resources (least recently seen dropped
+// first; a firing resource dropped is Resolved) and the packed identities of
+// max_writing_clients writing clients. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +37,7 @@
 #include <vector>
 
 #include "agent/core/bounded_lru.h"
+#include "agent/core/set_associative_writers.h"
 #include "agent/core/space_saving.h"
 #include "agent/analysis/detector_config.h"
 #include "agent/analysis/packed_identity.h"
@@ -62,11 +71,9 @@ class StuckFinalizersDetector final : public StormDetector {
     std::string name;
     std::vector<std::string> finalizers;
     int64_t since_ns = 0;
-  };
-  // Packed: 100,000 objects' last writers are mostly clients no other table still holds.
-  struct LastWrite {
-    PackedIdentity identity;
-    int64_t at_ns = 0;
+    // Who wrote it last (before the DELETE, from last_writes_; after it, each write), if known.
+    PackedIdentity last_writer;
+    int64_t last_write_ns = INT64_MIN;
   };
   static constexpr int kWriterBuckets = 10;  // the writer lookback, cut into this many
   static constexpr int64_t kNever = INT64_MIN;
@@ -99,6 +106,9 @@ class StuckFinalizersDetector final : public StormDetector {
   const PackedIdentity& PackedWriter(const RequestRecord& r, uint64_t client_key);
   Resource& TouchResource(const RequestRecord& r, uint64_t key, int64_t now_ns);
   void ObserveWrite(const RequestRecord& r, const RecordKeys& keys, bool allowed, int64_t now_ns);
+  // A newly terminating object's last writer, from last_writes_, named from the resource's top
+  // writers or packed_clients_.
+  void NameLastWriter(const Resource& res, uint64_t object_key, Terminating& t);
   uint32_t WritesInLookback(const Writer& w) const;
   StormEvidence BuildEvidence(const Resource& res, const Stuck& stuck, int64_t now_ns) const;
 
@@ -106,13 +116,14 @@ class StuckFinalizersDetector final : public StormDetector {
   int64_t writer_bucket_s_;  // writer_lookback_s / kWriterBuckets, rounded up
   // Keyed by RecordKeys: objects, resources, clients (writers: in their resource's sketch).
   BoundedLru<uint64_t, Terminating> terminating_;  // front = newest mark
-  BoundedLru<uint64_t, LastWrite> last_writes_;    // by object
+  SetAssociativeWriters last_writes_;              // by object
   BoundedLru<uint64_t, PackedIdentity> packed_clients_;  // by RecordKeys::client
   BoundedLru<uint64_t, Resource> resources_;
   EvictedAlerts evicted_;
   uint64_t observed_ = 0;
   uint64_t orphans_dropped_ = 0;  // terminating objects whose resource was evicted
   uint64_t writer_takeovers_ = 0;  // sketch slots taken over by another client
+  uint64_t writers_forgotten_ = 0;  // last writers known by key whose identity was let go
 };
 
 }  // namespace stormwatch

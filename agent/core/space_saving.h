@@ -54,6 +54,8 @@ class SpaceSaving {
   void Erase(KeyArg key);
   // Lower bound of `key`'s count (0 when not tracked).
   uint64_t Guaranteed(KeyArg key) const;
+  // `key`'s payload, nullptr when not tracked.
+  const Payload* PayloadOf(KeyArg key) const;
   // Keys with a positive lower bound, highest first (ties: the smaller key first).
   std::vector<std::pair<Key, uint64_t>> Top(size_t n) const;
   // Every tracked key: f(key, count, error, payload), in no order.
@@ -339,6 +341,12 @@ void SpaceSaving<Payload, Key>::Erase(KeyArg key) {
   Unindex(i);
   if (!scan_) Unlink(i);
   Free(i);
+}
+
+template <typename Payload, typename Key>
+const Payload* SpaceSaving<Payload, Key>::PayloadOf(KeyArg key) const {
+  const uint32_t i = Find(key);
+  return i == kNone ? nullptr : &slots_[i].payload;
 }
 
 template <typename Payload, typename Key>

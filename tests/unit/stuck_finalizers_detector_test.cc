@@ -435,3 +435,67 @@ TEST(StuckFinalizersTest, EvictedFiringResourceResolvesOnce) {
 
 }  // namespace
 }  // namespace stormwatch
+
+namespace stormwatch {
+namespace {
+
+// Who wrote each stuck object last is kept by client key; the DELETE that marks an object
+// names that client from the resource's top writers or, once its slot was taken over, from the
+// packed identities of the last max_writing_clients writing clients. Among the stuck objects the
+// latest write names the last writer; a write after the DELETE replaces the name.
+TEST(StuckFinalizersTest, LastWriterIsNamedAfterItsWriterSlotWasTakenOver) {
+  auto last_writer = [](int64_t helper_at, int64_t controller_at, int writing_clients) {
+    StuckFinalizersConfig config;
+    config.writers_per_resource = 2;
+    config.max_writing_clients = 8;
+    StuckFinalizersDetector det(config);
+    det.Observe(Write(Sa("ops", "helper"), "d-0", kCleanup, false), helper_at);
+    det.Observe(Write(kController, "d-1", kCleanup, false), controller_at);
+    // Light writers of the same resource take both writer slots over, one after the other.
+    for (int i = 0; i < writing_clients; ++i) {
+      det.Observe(Write(Sa("tenants", "script-" + std::to_string(i)), "x-" + std::to_string(i),
+                        kCleanup, false),
+                  20 * kSec + i);
+    }
+    det.Observe(Delete(kAlice, "d-0"), 30 * kSec);
+    det.Observe(Delete(kAlice, "d-1"), 30 * kSec);
+    auto transitions = det.Evaluate(330 * kSec);
+    EXPECT_EQ(transitions.size(), 1u);
+    return transitions.empty() ? std::string("no storm")
+                               : transitions[0].evidence.details["last_writer"].get<std::string>();
+  };
+  // 5 light writers: both writers still among the last 8 packed.
+  EXPECT_EQ(last_writer(5 * kSec, 8 * kSec, 5), kController.user);
+  EXPECT_EQ(last_writer(8 * kSec, 5 * kSec, 5), "system:serviceaccount:ops:helper");
+  // 7: the helper (packed first) let go, the controller still known: named though older.
+  EXPECT_EQ(last_writer(8 * kSec, 5 * kSec, 7), kController.user);
+  // 20: both let go; nobody is named rather than a wrong client.
+  EXPECT_EQ(last_writer(8 * kSec, 5 * kSec, 20), "");
+}
+
+TEST(StuckFinalizersTest, AWriteAfterTheDeleteNamesItsWriterAndForgottenOnesAreCounted) {
+  StuckFinalizersConfig config;
+  config.writers_per_resource = 2;
+  config.max_writing_clients = 4;
+  StuckFinalizersDetector det(config);
+  det.Observe(Write(Sa("ops", "helper"), "d-0", kCleanup, false), 5 * kSec);
+  for (int i = 0; i < 10; ++i) {
+    det.Observe(Write(Sa("tenants", "script-" + std::to_string(i)), "x-" + std::to_string(i),
+                      kCleanup, false),
+                10 * kSec + i);
+  }
+  const uint64_t evictions = det.Stats().evictions;
+  det.Observe(Delete(kAlice, "d-0"), 20 * kSec);
+  EXPECT_EQ(det.Stats().evictions - evictions, 1u);  // the helper's name was let go
+  // The controller removes one finalizer at 40 s; one is left: still stuck, and now it is
+  // the last writer.
+  det.Observe(Write(kController, "d-0", {"other.example.com/hold"}), 40 * kSec);
+  auto transitions = det.Evaluate(320 * kSec);
+  ASSERT_EQ(transitions.size(), 1u);
+  EXPECT_EQ(transitions[0].evidence.details["last_writer"], kController.user);
+  EXPECT_EQ(transitions[0].evidence.details["examples"][0]["finalizers"],
+            "other.example.com/hold");
+}
+
+}  // namespace
+}  // namespace stormwatch
