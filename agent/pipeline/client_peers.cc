@@ -42,9 +42,11 @@ void ClientPeers::Observe(uint64_t client_key, const std::string& client,
     c.priority_level = *facts.priority_level;
   }
   if (!peer_end) return;
-  PeerConnection* peer = c.peers.Add(peer_end->ip);
-  peer->peer_port = peer_end->port;
-  peer->local = local_end;
+  if (c.current_requests > 0 && c.current_ip != peer_end->ip) c.SettlePeers();
+  c.current_ip = peer_end->ip;
+  ++c.current_requests;
+  c.current.peer_port = peer_end->port;
+  c.current.local = local_end;
 }
 
 nlohmann::json ClientPeers::PeersJson(const Client& c, size_t limit) {
@@ -54,6 +56,7 @@ nlohmann::json ClientPeers::PeersJson(const Client& c, size_t limit) {
     std::string last_peer, last_local;
   };
   std::vector<Row> rows;
+  c.SettlePeers();
   c.peers.ForEach([&](const std::array<uint8_t, 16>& ip, uint64_t count, uint64_t,
                       const PeerConnection& pc) {
     rows.push_back({FormatIp(ip), count, FormatTcpEndpoint(ip, pc.peer_port),

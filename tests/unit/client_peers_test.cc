@@ -37,6 +37,29 @@ TEST(ClientPeers, CountsPerPeerIpAndKeepsTheLatestConnection) {
   EXPECT_DOUBLE_EQ(snapshot[1]["seconds_since_last"].get<double>(), 10.0);
 }
 
+// A client's requests from the IP of its previous one are counted with the client and added to
+// its peers in one step when the IP changes or the peers are read: reads in between, and IPs
+// that alternate, count each request once, with the latest connection of each IP.
+TEST(ClientPeers, PeersReadBetweenRequestsCountEachRequestOnce) {
+  ClientPeers peers;
+  auto observe = [&](const char* peer, int64_t at) {
+    peers.Observe("sa:a", peer, "10.0.0.9:6443", at);
+  };
+  for (int i = 0; i < 3; ++i) observe("10.0.0.1:1000", i);
+  EXPECT_EQ(peers.TopPeers("sa:a")[0]["requests"], 3);
+  observe("10.0.0.1:1001", 3);
+  EXPECT_EQ(peers.TopPeers("sa:a")[0]["requests"], 4);
+  EXPECT_EQ(peers.TopPeers("sa:a")[0]["requests"], 4);  // a second read adds nothing
+  observe("10.0.0.2:2000", 4);
+  observe("10.0.0.1:1002", 5);
+  observe("10.0.0.2:2001", 6);
+  observe("10.0.0.2:2002", 7);
+  EXPECT_EQ(peers.TopPeers("sa:a"), nlohmann::json::parse(R"([
+      {"ip": "10.0.0.1", "requests": 5, "last_peer": "10.0.0.1:1002", "last_local": "10.0.0.9:6443"},
+      {"ip": "10.0.0.2", "requests": 3, "last_peer": "10.0.0.2:2002", "last_local": "10.0.0.9:6443"}])"));
+  EXPECT_EQ(peers.Snapshot(kSec)[0]["peers"][1]["requests"], 3);
+}
+
 TEST(ClientPeers, AHeavyPeerSurvivesManyLightOnes) {
   ClientPeers peers;
   for (int i = 0; i < 1000; ++i) peers.Observe("sa:a", "10.1.0.1:1", "", i);
