@@ -14,6 +14,8 @@
 // a 1.5 GB arena; /1: each batch staged just before the drain reads it; /2: the same requests
 // as HTTP/1.1 over TLS, staged as /1). BM_ScrapeFullExporter times a scrape of 100,200 request
 // series and how long the drain waits for the exporter's lock meanwhile.
+// REPLAY_BENCH_NEIGHBOUR_MIB=N runs another thread beside it that walks an N MiB buffer at random,
+// standing for kube-apiserver and etcd sharing the last-level cache (see CacheNeighbour).
 #include <benchmark/benchmark.h>
 #include <sodium.h>
 #include <unistd.h>
@@ -987,9 +989,54 @@ BENCHMARK(BM_IdentityResolve)->Arg(1)->Arg(4096)->Arg(16384)->Unit(benchmark::kM
 }  // namespace
 }  // namespace stormwatch
 
+namespace {
+
+// REPLAY_BENCH_NEIGHBOUR_MIB=N: another thread reads and writes random cache lines of an N MiB
+// buffer for the whole run, as kube-apiserver and etcd do beside the agent on a control-plane
+// node. Alone, the benchmark has the processor's last-level cache to itself (32 MiB on the
+// machine the figures come from), which holds most of its working set; with a neighbour, lines
+// the pipeline touches are more often evicted between two of its requests.
+class CacheNeighbour {
+ public:
+  explicit CacheNeighbour(size_t mib) : lines_(mib * 1024 * 1024 / 64) {
+    if (lines_.empty()) return;
+    thread_ = std::thread([this] {
+      uint64_t x = 0x9E3779B97F4A7C15;
+      while (!stop_.load(std::memory_order_relaxed)) {
+        for (int i = 0; i < 4096; ++i) {
+          x ^= x << 13;
+          x ^= x >> 7;
+          x ^= x << 17;
+          ++lines_[x % lines_.size()].bytes[x & 63];
+        }
+      }
+    });
+  }
+  ~CacheNeighbour() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct alignas(64) Line {
+    unsigned char bytes[64];
+  };
+  std::vector<Line> lines_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Which pages the heap is on changes the figures by 10-20% with 10,000 clients (TLB misses).
   benchmark::AddCustomContext("heap", stormwatch::DescribeHeapPages(stormwatch::CurrentHeapPages()));
+  const char* neighbour_mib = std::getenv("REPLAY_BENCH_NEIGHBOUR_MIB");
+  const size_t mib = neighbour_mib ? std::strtoull(neighbour_mib, nullptr, 10) : 0;
+  benchmark::AddCustomContext(
+      "cache_neighbour",
+      mib ? std::to_string(mib) + " MiB walked at random by another thread" : "none");
+  CacheNeighbour neighbour(mib);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
