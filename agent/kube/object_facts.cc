@@ -33,7 +33,7 @@ constexpr std::array<std::string_view, 15> kTypedOrder = {
     "annotations", "ownerReferences",  "finalizers",
     "managedFields"};
 
-int TypedRank(std::string_view key) {
+constexpr int TypedRank(std::string_view key) {
   for (size_t i = 0; i < kTypedOrder.size(); ++i) {
     if (kTypedOrder[i] == key) return static_cast<int>(i);
   }
@@ -89,12 +89,28 @@ bool IsUtf8(std::string_view s) {
 enum class TopKey { kOther, kKind, kMetadata };
 enum class MetaKey { kOther, kResourceVersion, kGeneration, kDeletionTimestamp, kFinalizers };
 
-MetaKey MetaKeyOf(std::string_view k) {
-  if (k == "resourceVersion") return MetaKey::kResourceVersion;
-  if (k == "generation") return MetaKey::kGeneration;
-  if (k == "deletionTimestamp") return MetaKey::kDeletionTimestamp;
-  if (k == "finalizers") return MetaKey::kFinalizers;
-  return MetaKey::kOther;
+// The members read, as ranks in kTypedOrder: a metadata key is ranked once (TypedRank), and
+// both what it is and whether the read has passed a member follow from its rank.
+constexpr int kResourceVersionRank = TypedRank("resourceVersion");
+constexpr int kGenerationRank = TypedRank("generation");
+constexpr int kDeletionTimestampRank = TypedRank("deletionTimestamp");
+constexpr int kFinalizersRank = TypedRank("finalizers");
+static_assert(kFinalizersRank > kResourceVersionRank && kFinalizersRank > kGenerationRank &&
+                  kFinalizersRank > kDeletionTimestampRank,
+              "finalizers comes last of the members read in the typed order");
+// The last of them in the sorted order (keys sorted by bytes).
+constexpr std::string_view kLastSortedMemberRead = "resourceVersion";
+static_assert(kLastSortedMemberRead > "generation" && kLastSortedMemberRead > "deletionTimestamp" &&
+              kLastSortedMemberRead > "finalizers");
+
+MetaKey MetaKeyOfRank(int rank) {
+  switch (rank) {
+    case kResourceVersionRank: return MetaKey::kResourceVersion;
+    case kGenerationRank: return MetaKey::kGeneration;
+    case kDeletionTimestampRank: return MetaKey::kDeletionTimestamp;
+    case kFinalizersRank: return MetaKey::kFinalizers;
+    default: return MetaKey::kOther;
+  }
 }
 
 // SAX events up to the first error (the cut): only the top-level kind and metadata matter.
@@ -195,14 +211,12 @@ class MetadataReader {
     }
     if (in_metadata_ && depth_ == 2) {
       CommitPending();  // a new member: the previous value was complete
-      NoteMetadataKey(k);
-      meta_key_ = MetaKeyOf(k);
+      const int rank = TypedRank(k);
+      NoteMetadataKey(k, rank);
+      meta_key_ = MetaKeyOfRank(rank);
       // Past every member read (managedFields, often kilobytes, comes after them in the typed
       // order; spec and status after metadata): the rest would change nothing. Stops the parse.
-      if (Passed("resourceVersion") && Passed("generation") && Passed("deletionTimestamp") &&
-          Passed("finalizers")) {
-        return false;
-      }
+      if (PassedEveryMemberRead()) return false;
     }
     return true;
   }
@@ -212,10 +226,10 @@ class MetadataReader {
     if (kind_is_not_object_) return BodyFactsResult::kNotObject;
     if (!metadata_started_) return BodyFactsResult::kPartial;
     f->deletion_timestamp = deletion_timestamp_;
-    f->object_seen = deletion_timestamp_ || Passed("deletionTimestamp");
+    f->object_seen = deletion_timestamp_ || Passed(kDeletionTimestampRank, "deletionTimestamp");
     f->generation = generation_.value_or(-1);
     f->resource_version.assign(resource_version_);
-    f->finalizers_seen = finalizers_complete_ || Passed("finalizers");
+    f->finalizers_seen = finalizers_complete_ || Passed(kFinalizersRank, "finalizers");
     if (finalizers_complete_) {
       for (size_t i = 0; i < finalizers_read_; ++i) f->AddFinalizer(finalizers_[i]);
     }
@@ -246,12 +260,13 @@ class MetadataReader {
 
   // Stored objects always have a name, written first by the typed encoder; sorted maps start
   // with annotations or creationTimestamp.
-  void NoteMetadataKey(std::string_view k) {
+  // `rank`: TypedRank(k).
+  void NoteMetadataKey(std::string_view k, int rank) {
     if (order_ == Order::kUnknown) {
       order_ = (k == "name" || k == "generateName") ? Order::kTyped : Order::kSorted;
     }
     if (order_ == Order::kTyped) {
-      max_typed_rank_ = std::max(max_typed_rank_, TypedRank(k));
+      max_typed_rank_ = std::max(max_typed_rank_, rank);
     } else {
       // Only the first bytes are kept: every member compared with is shorter, and a key is
       // greater than such a member exactly when its first bytes are.
@@ -267,12 +282,19 @@ class MetadataReader {
     return std::string_view(max_sorted_key_.data(), max_sorted_key_size_);
   }
 
-  // True when the prefix went past where `member` would be: absent means absent.
-  bool Passed(std::string_view member) const {
+  // True when the prefix went past where `member` (of rank `rank` in the typed order) would
+  // be: absent means absent.
+  bool Passed(int rank, std::string_view member) const {
     if (metadata_ended_) return true;
-    if (order_ == Order::kTyped) return max_typed_rank_ > TypedRank(member);
+    if (order_ == Order::kTyped) return max_typed_rank_ > rank;
     if (order_ == Order::kSorted) return MaxSortedKey() > member;
     return false;
+  }
+  // Passed() for resourceVersion, generation, deletionTimestamp and finalizers: the last of
+  // them in either order.
+  bool PassedEveryMemberRead() const {
+    return order_ == Order::kTyped ? Passed(kFinalizersRank, "finalizers")
+                                   : Passed(-1, kLastSortedMemberRead);
   }
 
   int depth_ = 0;
