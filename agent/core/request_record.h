@@ -293,6 +293,11 @@ struct RequestRecord {
   // Who sent it, shared, never null: the identity cache's on the live path, interned by the
   // pipeline on replay (RequestPipeline::InternIdentity). A record does not copy its strings.
   IdentityRef identity = NoIdentity();
+  // Transient: the fingerprint of the credential `identity` was resolved from (a keyed hash of a
+  // bearer JWT's end and the user agent: CredentialFingerprint), 0 when none; the pipeline
+  // remembers it for the connection once the response shows the server authenticated it
+  // (agent/pipeline/connection_credentials.h) and clears it before the record goes anywhere.
+  uint64_t credential_fingerprint = 0;
   RecordKeys keys;  // of identity and info, once both are final
 
   EtcdReads etcd;
@@ -317,6 +322,7 @@ struct RequestRecord {
     info.Clear();
     shape = QueryShape();
     identity = NoIdentity();
+    credential_fingerprint = 0;
     keys = RecordKeys();
     etcd = EtcdReads();
   }

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cctype>
+#include <cstring>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -395,6 +396,32 @@ absl::uint128 CredentialKey(std::string_view authorization, std::string_view use
   const XXH128_hash_t h =
       XXH3_128bits_withSecret(authorization.data(), authorization.size(), secret.data(), secret.size());
   return absl::MakeUint128(h.high64 ^ TableHash(user_agent), h.low64);
+}
+
+uint64_t CredentialFingerprint(std::string_view authorization, std::string_view user_agent) {
+  constexpr std::string_view kBearer = "Bearer ";
+  constexpr size_t kTail = 32;
+  constexpr size_t kMinSignature = 43;  // base64url of 32 bytes (HS256); RS256's is 342
+  if (!authorization.starts_with(kBearer)) return 0;
+  const std::string_view token = authorization.substr(kBearer.size());
+  if (token.size() < kMinSignature + 4) return 0;
+  // The signature segment: after the last '.', with another '.' (header from payload) before.
+  const auto* last = static_cast<const char*>(memrchr(token.data(), '.', token.size()));
+  if (last == nullptr || token.data() + token.size() - (last + 1) < static_cast<ptrdiff_t>(kMinSignature) ||
+      std::memchr(token.data(), '.', static_cast<size_t>(last - token.data())) == nullptr) {
+    return 0;
+  }
+  struct {
+    uint64_t token_size;
+    char tail[kTail];
+    uint64_t user_agent;
+  } fields;
+  fields.token_size = token.size();
+  std::memcpy(fields.tail, token.data() + token.size() - kTail, kTail);
+  fields.user_agent = TableHash(user_agent);
+  const uint64_t fingerprint = TableHash(std::string_view(reinterpret_cast<const char*>(&fields), sizeof(fields)));
+  explicit_bzero(fields.tail, sizeof(fields.tail));  // signature bytes: part of a credential
+  return fingerprint == 0 ? 1 : fingerprint;          // 0 means "not remembered"
 }
 
 bool Base64UrlDecode(std::string_view in, std::string& out) {

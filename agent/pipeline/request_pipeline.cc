@@ -30,6 +30,7 @@ IdentityRef IdentityCache::Resolve(std::string_view authorization, std::string_v
 RequestPipeline::RequestPipeline(const DetectorsConfig& detectors, AssemblerLimits limits,
                                  ConnectionLookups connections, ApfNaming apf)
     : identities_(limits.max_identities),
+      credentials_(limits.max_identities),
       interned_identities_(limits.max_identities, Recency::kApproximate),
       connections_(std::move(connections)),
       assembler_([this](const RequestConnection& c, std::string_view a,
@@ -43,8 +44,9 @@ RequestPipeline::RequestPipeline(const DetectorsConfig& detectors, AssemblerLimi
 
 RequestPipeline::~RequestPipeline() = default;
 
-IdentityRef RequestPipeline::Resolve(const RequestConnection& connection,
-                                     std::string_view authorization, std::string_view user_agent) {
+ResolvedIdentity RequestPipeline::Resolve(const RequestConnection& connection,
+                                          std::string_view authorization,
+                                          std::string_view user_agent) {
   // kube-apiserver's authenticators run x509 first, so a client certificate wins over a token.
   // The BPF program looks for the certificate only on requests without a token (a probe read
   // costs the server time; clients rarely send both), so a token names its request.
@@ -59,7 +61,23 @@ IdentityRef RequestPipeline::Resolve(const RequestConnection& connection,
       return ShareIdentity(std::move(id));
     }
   }
-  return identities_.Resolve(authorization, user_agent);
+  const uint64_t fingerprint = CredentialFingerprint(authorization, user_agent);
+  if (const IdentityRef* known = credentials_.Find(connection.pid, connection.conn, fingerprint)) {
+    ++credential_hits_;
+    return {*known, fingerprint};
+  }
+  return {identities_.Resolve(authorization, user_agent), fingerprint};
+}
+
+void RequestPipeline::SettleCredential(RequestRecord& r) {
+  if (r.credential_fingerprint == 0) return;
+  // APF classifies a request only once authentication has passed (kube-apiserver's filter
+  // chain), and a success is one; a 401 never is.
+  const bool authenticated = !r.response.priority_level_uid.empty() ||
+                             !r.response.flow_schema_uid.empty() ||
+                             (r.status >= 200 && r.status < 300);
+  if (authenticated) credentials_.Remember(r.pid, r.conn_id, r.credential_fingerprint, r.identity);
+  r.credential_fingerprint = 0;
 }
 
 void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
@@ -134,8 +152,10 @@ void RequestPipeline::OnHttp1Exchange(const Http1Exchange& x) {
   SetField(r.response.flow_schema_uid, x.flow_schema_uid);
   r.response.retry_after_s = x.retry_after_s;
   r.response_body_prefix = x.body_prefix;
-  r.identity = Resolve({.pid = x.tgid, .conn = x.conn, .http1 = true}, x.authorization,
-                       x.user_agent);
+  ResolvedIdentity resolved = Resolve({.pid = x.tgid, .conn = x.conn, .http1 = true},
+                                      x.authorization, x.user_agent);
+  r.identity = std::move(resolved.identity);
+  r.credential_fingerprint = resolved.fingerprint;
   OnRequest(r);
 }
 
@@ -224,6 +244,7 @@ IdentityRef RequestPipeline::InternIdentity(const RequestRecord& r) {
 
 void RequestPipeline::OnRequest(RequestRecord& r, bool replayed) {
   ++stats_.requests;
+  SettleCredential(r);
   if (auto role = roles_.find(r.pid); role != roles_.end() && role->second == TargetRole::kEtcd) {
     OnEtcdHttp2Request(r);
     return;
@@ -311,7 +332,7 @@ PipelineHealth RequestPipeline::Health() const {
                            {"grpc_call_evicted", g.calls_evicted}},
           .etcd_lists = l.lists,
           .etcd_lists_matched = l.lists_matched,
-          .identity_cache_hits = identities_.hits(),
+          .identity_cache_hits = identities_.hits() + credential_hits_,
           .identity_cache_misses = identities_.misses()};
 }
 

@@ -29,6 +29,7 @@
 #include "agent/core/etcd_request.h"
 #include "agent/core/request_record.h"
 #include "agent/pipeline/client_peers.h"
+#include "agent/pipeline/connection_credentials.h"
 #include "agent/pipeline/etcd_links.h"
 #include "agent/protocol/grpc_calls.h"
 #include "agent/protocol/http1_stream.h"
@@ -118,6 +119,7 @@ class RequestPipeline {
   }
   void ForgetProcess(uint32_t tgid) {
     assembler_.ForgetProcess(tgid);
+    credentials_.ForgetProcess(tgid);
     http1_.ForgetProcess(tgid);
     grpc_.ForgetProcess(tgid);
     roles_.erase(tgid);
@@ -125,6 +127,8 @@ class RequestPipeline {
 
   const PipelineStats& stats() const { return stats_; }
   const RequestAssembler& assembler() const { return assembler_; }
+  const ConnectionCredentials& credentials() const { return credentials_; }
+  uint64_t credential_hits() const { return credential_hits_; }
   const Http1Connections& http1() const { return http1_; }
   const GrpcCalls& grpc() const { return grpc_; }
   const EtcdLinks& etcd_links() const { return etcd_links_; }
@@ -144,8 +148,11 @@ class RequestPipeline {
   void OnHttp1Exchange(const Http1Exchange& x);
   void NameApfLevels(ResponseFacts& facts);
   PipelineHealth Health() const;
-  IdentityRef Resolve(const RequestConnection& connection, std::string_view authorization,
-                      std::string_view user_agent);
+  ResolvedIdentity Resolve(const RequestConnection& connection, std::string_view authorization,
+                           std::string_view user_agent);
+  // After the response: `r`'s credential remembered for its connection if the server
+  // authenticated it; the fingerprint cleared either way.
+  void SettleCredential(RequestRecord& r);
   // etcd's calls: from its gRPC interceptor (OnEtcdCall), or, where that was not found, from
   // its HTTP/2 server (OnEtcdHttp2Request: method and HTTP status only).
   void OnEtcdCall(EtcdRequest& r);
@@ -161,6 +168,10 @@ class RequestPipeline {
   IdentityRef InternIdentity(const RequestRecord& r);
 
   IdentityCache identities_;
+  // Each connection's last authenticated credential, looked up before identities_: most
+  // requests are named without hashing their whole token. As many slots as identities_.
+  ConnectionCredentials credentials_;
+  uint64_t credential_hits_ = 0;  // requests named by credentials_ (counted as cache hits)
   // As many as the live identity cache holds (limits.max_identities), so a replay shares
   // identities as the live path does.
   BoundedLru<uint64_t, IdentityRef> interned_identities_;

@@ -52,13 +52,13 @@ void RequestAssembler::OnRequest(const H2RequestEvent& ev) {
   SetField(r.path, path);
   SetField(r.content_type, content_type);
   // The token is read here and not kept: only the identity it resolves to is.
-  if (IdentityRef identity = resolver_({.pid = ev.tgid,
-                                        .conn = ev.conn,
-                                        .client_cert_der = ev.client_cert_der,
-                                        .client_cert_der_len = ev.client_cert_der_len},
-                                       authorization, user_agent)) {
-    r.identity = std::move(identity);
-  }
+  ResolvedIdentity resolved = resolver_({.pid = ev.tgid,
+                                         .conn = ev.conn,
+                                         .client_cert_der = ev.client_cert_der,
+                                         .client_cert_der_len = ev.client_cert_der_len},
+                                        authorization, user_agent);
+  if (resolved.identity) r.identity = std::move(resolved.identity);
+  r.credential_fingerprint = resolved.fingerprint;
 }
 
 uint32_t RequestAssembler::Take(const Key& key) {

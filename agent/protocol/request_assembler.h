@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "agent/core/request_record.h"
@@ -21,10 +22,16 @@ namespace stormwatch {
 // Turns credentials into an identity at once, so no token is kept past the event that held it.
 // The connection lets it fall back to the connection's client certificate. Shared: the record
 // carries it as RequestRecord::identity, so a cached identity is never copied for
-// detectors.
-using IdentityResolver = std::function<IdentityRef(const RequestConnection& connection,
-                                                std::string_view authorization,
-                                                std::string_view user_agent)>;
+// detectors. With it, the credential's fingerprint (RequestRecord::credential_fingerprint).
+struct ResolvedIdentity {
+  ResolvedIdentity(IdentityRef identity, uint64_t fingerprint = 0)  // NOLINT: an identity converts
+      : identity(std::move(identity)), fingerprint(fingerprint) {}
+  IdentityRef identity;
+  uint64_t fingerprint = 0;
+};
+using IdentityResolver = std::function<ResolvedIdentity(const RequestConnection& connection,
+                                                        std::string_view authorization,
+                                                        std::string_view user_agent)>;
 
 // Retry-After as kube-apiserver sends it (delay-seconds); -1 when absent or not a number.
 int ParseRetryAfter(std::string_view value);

@@ -313,5 +313,42 @@ TEST(IdentityTest, CredentialKeyTellsEveryByteAndTheSplit) {
   EXPECT_NE(CredentialKey("", agent), CredentialKey(agent, ""));
 }
 
+// The connections' memo of authenticated credentials: only a bearer JWS whose signature segment
+// holds the last 32 bytes gets a fingerprint; it tells the token's length, each of those bytes and
+// the user agent, and (by design) not the rest of the token.
+TEST(IdentityTest, CredentialFingerprintOnlyForAJwsAndTellsItsEnd) {
+  const std::string signature = Base64UrlEncode(std::string(256, '\x5a'));  // RS256's size
+  const std::string jws = Base64UrlEncode(kHeader) + "." + Base64UrlEncode(kBoundClaims) + "." + signature;
+  const std::string token = "Bearer " + jws;
+  const std::string agent = "datajob-operator/v1.4.2 (linux/amd64) kubernetes/$Format";
+  const uint64_t fingerprint = CredentialFingerprint(token, agent);
+  ASSERT_NE(fingerprint, 0u);
+  EXPECT_EQ(CredentialFingerprint(token, agent), fingerprint);
+  // Each of the last 32 bytes, the length and the user agent tell one credential from another.
+  for (size_t i = token.size() - 32; i < token.size(); ++i) {
+    std::string changed = token;
+    changed[i] ^= 0x01;
+    ASSERT_NE(CredentialFingerprint(changed, agent), fingerprint) << "byte " << i;
+  }
+  std::string longer = token;
+  longer.insert(40, "A");  // the same last 32 bytes, one more before them
+  EXPECT_NE(CredentialFingerprint(longer, agent), fingerprint);
+  EXPECT_NE(CredentialFingerprint(token, agent + " "), fingerprint);
+  // The payload is not read: what tells accepted tokens apart is their signature.
+  std::string other_payload = token;
+  other_payload[40] ^= 0x01;
+  EXPECT_EQ(CredentialFingerprint(other_payload, agent), fingerprint);
+
+  // No fingerprint: not a bearer token, not a JWS, a signature shorter than 43 characters.
+  EXPECT_EQ(CredentialFingerprint("Basic " + jws, agent), 0u);
+  EXPECT_EQ(CredentialFingerprint("bearer " + jws, agent), 0u);
+  EXPECT_EQ(CredentialFingerprint("Bearer " + std::string(400, 'a'), agent), 0u);  // opaque
+  EXPECT_EQ(CredentialFingerprint("Bearer " + std::string(200, 'a') + "." + signature, agent), 0u);
+  EXPECT_EQ(CredentialFingerprint("Bearer " + Jwt(kBoundClaims), agent), 0u);  // 42-character signature
+  EXPECT_EQ(CredentialFingerprint("Bearer abcdef.0123456789abcdef", agent), 0u);  // bootstrap token
+  EXPECT_EQ(CredentialFingerprint("", agent), 0u);
+  EXPECT_NE(CredentialFingerprint("Bearer a.b." + std::string(43, 'c'), agent), 0u);
+}
+
 }  // namespace
 }  // namespace stormwatch

@@ -365,7 +365,7 @@ TEST(RequestRecord, ClearIsANewRecordWithItsBuffersKept) {
   // A field added to RequestRecord changes its size: clear it in RequestRecord::Clear(), set it
   // below, then update this size.
   // (ResponseFacts::spare_finalizers is kept by Clear() on purpose: buffers, not facts.)
-  static_assert(sizeof(RequestRecord) == 1000, "RequestRecord changed: see the comment above");
+  static_assert(sizeof(RequestRecord) == 1008, "RequestRecord changed: see the comment above");
   RequestRecord r;
   r.pid = 1;
   r.conn_id = 2;
@@ -414,6 +414,7 @@ TEST(RequestRecord, ClearIsANewRecordWithItsBuffersKept) {
   r.shape.limit = 500;
   r.shape.timeout_seconds = 300;
   r.identity = IdentityRef::Make(Identity());
+  r.credential_fingerprint = 0x5eed;
   r.keys = {1, 2, 3, 4, true};
   r.etcd = {1, 500, 1'000'000, 0};
   const char* path_buffer = r.path.data();

@@ -248,6 +248,112 @@ TEST(PipelineIdentity, CacheHoldsMaxIdentitiesAndCountsLookups) {
   EXPECT_NE(text.find("stormwatch_identity_cache_lookups_total{result=\"miss\"} 5"), std::string::npos);
 }
 
+// A bound service-account token with an RS256-sized signature of `signature_byte`s: a
+// connection remembers it by its last 32 bytes (CredentialFingerprint).
+std::string SignedToken(const std::string& sa, char signature_byte) {
+  nlohmann::json claims = {
+      {"iss", "https://kubernetes.default.svc.cluster.local"},
+      {"sub", "system:serviceaccount:ops:" + sa},
+      {"kubernetes.io",
+       {{"namespace", "ops"}, {"pod", {{"name", sa + "-1"}, {"uid", "p-1"}}},
+        {"serviceaccount", {{"name", sa}, {"uid", "s-1"}}}}}};
+  return Base64UrlEncode(R"({"alg":"RS256","kid":"k"})") + "." + Base64UrlEncode(claims.dump()) +
+         "." + Base64UrlEncode(std::string(256, signature_byte));
+}
+
+// Requests on connections, each answered with a status (and APF's UIDs when `through_apf`); the
+// user each was named after, in order.
+struct ConnectionRequests {
+  PrometheusExporter exporter;
+  MeteredPipeline pipeline{&exporter, DetectorsConfig{}, [](const StormTransition&) {}};
+  std::vector<std::string> users;
+  uint32_t stream = 1;
+  ConnectionRequests() {
+    pipeline.SetRecorder({.request = [this](const RequestRecord& r) { users.push_back(r.identity->user); }});
+  }
+  void Send(uint64_t conn, const std::string& token, int64_t status, bool through_apf = false) {
+    pipeline.OnEvent(RequestEvent(conn, stream, 1000,
+                                  {{":method", "GET"},
+                                   {":path", "/api/v1/namespaces/ops/configmaps/a"},
+                                   {"authorization", "Bearer " + token},
+                                   {"user-agent", "operator/v1"}}));
+    std::vector<uint8_t> response = ResponseEvent(conn, stream, 2000, status);
+    if (through_apf) {
+      sw_h2_response r;
+      std::memcpy(&r, response.data(), sizeof(r));
+      r.priority_level_uid_len = 3;
+      std::memcpy(r.priority_level_uid, "plu", 3);
+      std::memcpy(response.data(), &r, sizeof(r));
+    }
+    pipeline.OnEvent(response);
+    stream += 2;
+  }
+};
+
+// A connection's authenticated token names its later requests without its whole token being
+// hashed; the lookups count as identity cache hits.
+TEST(PipelineIdentity, AConnectionsAuthenticatedTokenNamesItsLaterRequests) {
+  ConnectionRequests c;
+  const std::string token = SignedToken("operator", '\x11');
+  c.Send(0xc000100000, token, 200);
+  c.Send(0xc000100000, token, 200);
+  c.Send(0xc000100000, token, 409);  // not authenticated, as far as the record shows: kept
+  EXPECT_EQ(c.pipeline.credential_hits(), 2u);
+  EXPECT_EQ(c.pipeline.credentials().size(), 1u);
+  // Another connection with the same token: found in the identity cache, then remembered.
+  c.Send(0xc000200000, token, 200);
+  c.Send(0xc000200000, token, 200);
+  EXPECT_EQ(c.pipeline.credential_hits(), 3u);
+  EXPECT_EQ(c.pipeline.credentials().size(), 2u);
+  EXPECT_EQ(c.users, std::vector<std::string>(5, "system:serviceaccount:ops:operator"));
+  c.pipeline.Tick(3'000'000'000);
+  const std::string text = c.exporter.Scrape();
+  EXPECT_NE(text.find("stormwatch_identity_cache_lookups_total{result=\"hit\"} 4"), std::string::npos) << text;
+  EXPECT_NE(text.find("stormwatch_identity_cache_lookups_total{result=\"miss\"} 1"), std::string::npos) << text;
+}
+
+// Whoever holds a valid token can write another client's claims above its signature: the
+// server refuses it (401), and such a token is never remembered, so the sender's own later
+// requests are named after the sender. On the connection that sent both, a refused token
+// ending as the accepted one is named after the accepted one; on another connection, after its
+// own claims (decoded, never verified, as every token is).
+TEST(PipelineIdentity, ARefusedTokenIsNeverRememberedForItsConnection) {
+  ConnectionRequests c;
+  const std::string own = SignedToken("attacker", '\x22');
+  const std::string forged = SignedToken("victim01", '\x22');
+  ASSERT_EQ(own.size(), forged.size());
+  c.Send(0xc000100000, forged, 401);
+  c.Send(0xc000100000, own, 200);
+  c.Send(0xc000100000, forged, 401);
+  c.Send(0xc000100000, own, 200);
+  c.Send(0xc000200000, forged, 401);
+  EXPECT_EQ(c.users, (std::vector<std::string>{
+                         "system:serviceaccount:ops:victim01", "system:serviceaccount:ops:attacker",
+                         "system:serviceaccount:ops:attacker", "system:serviceaccount:ops:attacker",
+                         "system:serviceaccount:ops:victim01"}));
+  EXPECT_EQ(c.pipeline.credential_hits(), 2u);
+  EXPECT_EQ(c.pipeline.credentials().size(), 1u);
+}
+
+// A token rotated on a connection (kubelet refreshes a bound token hourly; client-go rereads its
+// file) names its requests from its own claims; APF's response headers count as authenticated.
+TEST(PipelineIdentity, ARotatedTokenOnTheSameConnectionIsNamedAfresh) {
+  ConnectionRequests c;
+  const std::string first = SignedToken("operator", '\x11');
+  const std::string rotated = SignedToken("operator-v2", '\x33');
+  c.Send(0xc000100000, first, 403, /*through_apf=*/true);
+  c.Send(0xc000100000, first, 200);
+  c.Send(0xc000100000, rotated, 200);
+  c.Send(0xc000100000, rotated, 200);
+  c.Send(0xc000100000, first, 403);  // its place was taken by the rotated token's
+  c.Send(0xc000100000, first, 403);  // not through APF: not remembered again
+  EXPECT_EQ(c.users, (std::vector<std::string>{
+                         "system:serviceaccount:ops:operator", "system:serviceaccount:ops:operator",
+                         "system:serviceaccount:ops:operator-v2", "system:serviceaccount:ops:operator-v2",
+                         "system:serviceaccount:ops:operator", "system:serviceaccount:ops:operator"}));
+  EXPECT_EQ(c.pipeline.credential_hits(), 2u);
+}
+
 TEST(PipelineIdentity, CertificateNamesTokenlessRequestsOnly) {
   PrometheusExporter exporter;
   auto cert_identity = [](const RequestConnection&) -> std::optional<Identity> {
