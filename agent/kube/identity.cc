@@ -404,7 +404,9 @@ uint64_t CredentialFingerprint(std::string_view authorization, std::string_view 
   constexpr size_t kMinSignature = 43;  // base64url of 32 bytes (HS256); RS256's is 342
   if (!authorization.starts_with(kBearer)) return 0;
   const std::string_view token = authorization.substr(kBearer.size());
-  if (token.size() < kMinSignature + 4) return 0;
+  // A JWS's header is a JSON object: base64url of '{"' is "eyJ". (Not an opaque token or a
+  // PASETO, whose last segment could end alike for two clients.)
+  if (token.size() < kMinSignature + 5 || !token.starts_with("eyJ")) return 0;
   // The signature segment: after the last '.', with another '.' (header from payload) before.
   const auto* last = static_cast<const char*>(memrchr(token.data(), '.', token.size()));
   if (last == nullptr || token.data() + token.size() - (last + 1) < static_cast<ptrdiff_t>(kMinSignature) ||

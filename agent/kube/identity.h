@@ -59,8 +59,8 @@ absl::uint128 CredentialKey(std::string_view authorization, std::string_view use
 // The fingerprint a connection's last authenticated credential is remembered by
 // (agent/pipeline/connection_credentials.h): TableHash-keyed, of the token's length, its last 32
 // bytes and the user agent; 0 (never remembered) unless `authorization` is "Bearer " and a JWS
-// (header.payload.signature) whose signature segment holds those 32 bytes (at least 43
-// characters: 256 bits and more). Two JWTs a server accepted end alike only if their signatures
+// (header.payload.signature, the header a JSON object) whose signature segment holds those 32
+// bytes (at least 43 characters: 256 bits and more). Two JWTs a server accepted end alike only if their signatures
 // do, and a signature is over its header and payload: among accepted tokens the last 32 bytes
 // tell one from another (a chance match of 192 signature bits aside). A refused token may end as
 // an accepted one does; the caller confines that to one connection, whose accepted token then

@@ -347,7 +347,9 @@ TEST(IdentityTest, CredentialFingerprintOnlyForAJwsAndTellsItsEnd) {
   EXPECT_EQ(CredentialFingerprint("Bearer " + Jwt(kBoundClaims), agent), 0u);  // 42-character signature
   EXPECT_EQ(CredentialFingerprint("Bearer abcdef.0123456789abcdef", agent), 0u);  // bootstrap token
   EXPECT_EQ(CredentialFingerprint("", agent), 0u);
-  EXPECT_NE(CredentialFingerprint("Bearer a.b." + std::string(43, 'c'), agent), 0u);
+  EXPECT_EQ(CredentialFingerprint("Bearer v2.local." + std::string(200, 'a'), agent), 0u);  // PASETO
+  EXPECT_EQ(CredentialFingerprint("Bearer a.b." + std::string(43, 'c'), agent), 0u);  // no JSON header
+  EXPECT_NE(CredentialFingerprint("Bearer eyJ.b." + std::string(43, 'c'), agent), 0u);
 }
 
 }  // namespace
