@@ -118,15 +118,13 @@ void RequestPipeline::OnEvent(std::span<const uint8_t> bytes) {
       return;
     }
   }
-  if (DecodeCaptureEventInto(bytes, h2_event_)) {
+  const Result<H2EventKind> kind = DecodeH2EventInto(bytes, h2_request_, h2_response_);
+  if (!kind.ok()) {
     ++stats_.decode_errors;
-    return;
-  }
-  if (auto* req = std::get_if<H2RequestEvent>(&h2_event_)) {
-    assembler_.OnRequest(*req);
-  } else {
-    const auto& resp = std::get<H2ResponseEvent>(h2_event_);
-    if (auto record = assembler_.OnResponse(resp)) OnRequest(*record);
+  } else if (*kind == H2EventKind::kRequest) {
+    assembler_.OnRequest(h2_request_);
+  } else if (RequestRecord* record = assembler_.OnResponse(h2_response_)) {
+    OnRequest(*record);
   }
 }
 

@@ -196,9 +196,10 @@ class RequestPipeline {
   // HTTP/1.1 exchanges' record, reused (Clear keeps its buffers), as the assembler's slots are
   // for HTTP/2: a record allocates nothing once its strings have grown.
   RequestRecord http1_record_;
-  // The HTTP/2 event being handled, decoded in place (DecodeCaptureEventInto). Its views are
-  // the ring buffer's bytes: valid only within OnEvent.
-  CaptureEvent h2_event_;
+  // The HTTP/2 events handled, one of each kind, decoded in place (DecodeH2EventInto). Their
+  // views are the ring buffer's bytes: valid only within OnEvent.
+  H2RequestEvent h2_request_;
+  H2ResponseEvent h2_response_;
 };
 
 }  // namespace stormwatch

@@ -94,28 +94,28 @@ std::optional<Error> DecodeResponse(std::span<const uint8_t> bytes, H2ResponseEv
 
 }  // namespace
 
-std::optional<Error> DecodeCaptureEventInto(std::span<const uint8_t> bytes, CaptureEvent& out) {
+Result<H2EventKind> DecodeH2EventInto(std::span<const uint8_t> bytes, H2RequestEvent& request,
+                                      H2ResponseEvent& response) {
   if (bytes.size() < sizeof(sw_event_header)) return Error{"event shorter than its header"};
   switch (Load<uint32_t>(bytes.data())) {
-    case SW_EV_H2_REQUEST: {
-      // After a response (the usual order) a request event is made afresh: a few stores, its
-      // inline fields left uninitialised until written.
-      auto* request = std::get_if<H2RequestEvent>(&out);
-      return DecodeRequest(bytes, request ? *request : out.emplace<H2RequestEvent>());
-    }
-    case SW_EV_H2_RESPONSE: {
-      auto* response = std::get_if<H2ResponseEvent>(&out);
-      return DecodeResponse(bytes, response ? *response : out.emplace<H2ResponseEvent>());
-    }
+    case SW_EV_H2_REQUEST:
+      if (std::optional<Error> error = DecodeRequest(bytes, request)) return *std::move(error);
+      return H2EventKind::kRequest;
+    case SW_EV_H2_RESPONSE:
+      if (std::optional<Error> error = DecodeResponse(bytes, response)) return *std::move(error);
+      return H2EventKind::kResponse;
     default:
       return Error{"unknown event type"};
   }
 }
 
 Result<CaptureEvent> DecodeCaptureEvent(std::span<const uint8_t> bytes) {
-  CaptureEvent event;
-  if (std::optional<Error> error = DecodeCaptureEventInto(bytes, event)) return *std::move(error);
-  return event;
+  H2RequestEvent request;
+  H2ResponseEvent response;
+  Result<H2EventKind> kind = DecodeH2EventInto(bytes, request, response);
+  if (!kind.ok()) return kind.error();
+  if (*kind == H2EventKind::kRequest) return CaptureEvent(std::move(request));
+  return CaptureEvent(response);
 }
 
 }  // namespace stormwatch

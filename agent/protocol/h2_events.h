@@ -60,9 +60,14 @@ struct H2ResponseEvent {
 using CaptureEvent = std::variant<H2RequestEvent, H2ResponseEvent>;
 
 Result<CaptureEvent> DecodeCaptureEvent(std::span<const uint8_t> bytes);
-// The same into `out`, reused from event to event: the drain's way, where a request's inline
-// field array (0.5 KB) is written in place instead of moved out of a Result and a variant.
-// nullopt when `out` holds the decoded event; an error leaves `out` unspecified.
-std::optional<Error> DecodeCaptureEventInto(std::span<const uint8_t> bytes, CaptureEvent& out);
+
+// The same into events reused from event to event: the drain's way, where a request's inline
+// field array (0.5 KB) is written in place instead of moved out of a Result and a variant, and
+// one event of each kind is kept (requests and responses alternate: a variant would be made
+// afresh at every event). Which one `bytes` held, or the error; an error leaves both
+// unspecified.
+enum class H2EventKind { kRequest, kResponse };
+Result<H2EventKind> DecodeH2EventInto(std::span<const uint8_t> bytes, H2RequestEvent& request,
+                                      H2ResponseEvent& response);
 
 }  // namespace stormwatch

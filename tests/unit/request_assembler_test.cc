@@ -159,33 +159,35 @@ TEST(H2Events, RejectsMalformedEvents) {
   EXPECT_FALSE(DecodeCaptureEvent(unknown).ok());
 }
 
-// The drain decodes each event into one reused CaptureEvent: nothing of an earlier event may
-// show in a later one, whichever kinds alternate.
+// The drain decodes each event into one reused event of its kind: nothing of an earlier event
+// may show in a later one, whichever kinds alternate.
 TEST(H2Events, DecodingIntoAReusedEventLeavesNothingOfTheLastOne) {
   const auto big = RequestBytes(7, 1, 3, 1000, {{":method", "GET"}, {":path", "/a"}, {"x-one", "1"}});
   const auto small = RequestBytes(8, 2, 5, 2000, {{":method", "PUT"}});
   const auto response = ResponseBytes(7, 1, 3, 1500, 409, 321);
-  CaptureEvent event;
-  ASSERT_FALSE(DecodeCaptureEventInto(big, event));
-  ASSERT_EQ(std::get<H2RequestEvent>(event).fields.size(), 3u);
-  ASSERT_FALSE(DecodeCaptureEventInto(small, event));
-  const auto& request = std::get<H2RequestEvent>(event);
+  H2RequestEvent request;
+  H2ResponseEvent answer;
+  ASSERT_EQ(*DecodeH2EventInto(big, request, answer), H2EventKind::kRequest);
+  ASSERT_EQ(request.fields.size(), 3u);
+  ASSERT_EQ(*DecodeH2EventInto(small, request, answer), H2EventKind::kRequest);
   ASSERT_EQ(request.fields.size(), 1u);
   EXPECT_EQ(request.fields[0].value, "PUT");
   EXPECT_EQ(request.tgid, 8u);
   EXPECT_EQ(request.stream_id, 5u);
   EXPECT_EQ(request.field_count, 1u);
-  ASSERT_FALSE(DecodeCaptureEventInto(response, event));
-  EXPECT_EQ(std::get<H2ResponseEvent>(event).status, 409);
-  ASSERT_FALSE(DecodeCaptureEventInto(big, event));
-  EXPECT_EQ(std::get<H2RequestEvent>(event).fields.size(), 3u);
-  EXPECT_EQ(std::get<H2RequestEvent>(event).fields[2].name, "x-one");
-  // An error is reported (and the event is not to be read).
+  ASSERT_EQ(*DecodeH2EventInto(response, request, answer), H2EventKind::kResponse);
+  EXPECT_EQ(answer.status, 409);
+  EXPECT_EQ(request.stream_id, 5u);  // the request event is left as it was
+  ASSERT_EQ(*DecodeH2EventInto(big, request, answer), H2EventKind::kRequest);
+  EXPECT_EQ(request.fields.size(), 3u);
+  EXPECT_EQ(request.fields[2].name, "x-one");
+  EXPECT_EQ(answer.status, 409);  // and the response event
+  // An error is reported (and the events are not to be read).
   std::vector<uint8_t> unknown(sizeof(sw_event_header), 0);
   unknown[0] = 99;
-  const std::optional<Error> error = DecodeCaptureEventInto(unknown, event);
-  ASSERT_TRUE(error);
-  EXPECT_EQ(error->message, "unknown event type");
+  const Result<H2EventKind> error = DecodeH2EventInto(unknown, request, answer);
+  ASSERT_FALSE(error.ok());
+  EXPECT_EQ(error.error().message, "unknown event type");
 }
 
 IdentityRef FakeResolver(const RequestConnection&, std::string_view authorization,
