@@ -609,7 +609,8 @@ prometheus::Counter& PrometheusExporter::ResponseBodyCounter(std::string_view en
   return *it->second;
 }
 
-void PrometheusExporter::SetIdentityCache(uint64_t hits, uint64_t misses) {
+void PrometheusExporter::SetIdentityCache(uint64_t connection_hits, uint64_t hits, uint64_t misses) {
+  AddCumulative(*identity_cache_, identity_cache_seen_, "result", "connection", connection_hits);
   AddCumulative(*identity_cache_, identity_cache_seen_, "result", "hit", hits);
   AddCumulative(*identity_cache_, identity_cache_seen_, "result", "miss", misses);
 }

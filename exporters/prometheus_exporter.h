@@ -113,8 +113,8 @@ class PrometheusExporter {
   // Consistent LISTs seen with etcd attached, and how many were matched to their etcd Range
   // (cumulative).
   void SetEtcdLinks(uint64_t lists, uint64_t matched);
-  // stormwatch_identity_cache_lookups_total{result="hit"|"miss"}: cumulative counts.
-  void SetIdentityCache(uint64_t hits, uint64_t misses);
+  // stormwatch_identity_cache_lookups_total{result="connection"|"hit"|"miss"}: cumulative counts.
+  void SetIdentityCache(uint64_t connection_hits, uint64_t hits, uint64_t misses);
   // The counter of write response bodies the agent read for object facts, by encoding (json,
   // protobuf, other) and what the read gave (object, partial, not_object, unreadable). Callers
   // keep it: the series is never removed, and a counter counts without the exporter's lock

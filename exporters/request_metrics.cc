@@ -147,7 +147,8 @@ void RequestMetrics::OnStormTransition(const StormTransition& t) {
 void RequestMetrics::OnTick(int64_t now_ns, const PipelineHealth& health) {
   for (const auto& [cause, count] : health.capture_loss) exporter_->SetCaptureLoss(cause, count);
   exporter_->SetEtcdLinks(health.etcd_lists, health.etcd_lists_matched);
-  exporter_->SetIdentityCache(health.identity_cache_hits, health.identity_cache_misses);
+  exporter_->SetIdentityCache(health.identity_connection_hits, health.identity_cache_hits,
+                              health.identity_cache_misses);
   PublishDetectorState(now_ns);
 }
 

@@ -22,8 +22,9 @@ struct PipelineHealth {
   std::vector<std::pair<const char*, uint64_t>> capture_loss;
   uint64_t etcd_lists = 0;          // consistent LISTs that could have read etcd here
   uint64_t etcd_lists_matched = 0;  // ... and whose etcd Range was found
-  // Requests whose identity was already decoded (hit) or had to be (miss: a JWT decode).
-  uint64_t identity_cache_hits = 0, identity_cache_misses = 0;
+  // Requests whose identity was already decoded (hit) or had to be (miss: a JWT decode), and
+  // those named by their connection's authenticated credential (not looked up in the cache).
+  uint64_t identity_cache_hits = 0, identity_cache_misses = 0, identity_connection_hits = 0;
 };
 
 class RecordSink {

@@ -336,8 +336,9 @@ PipelineHealth RequestPipeline::Health() const {
                            {"grpc_call_evicted", g.calls_evicted}},
           .etcd_lists = l.lists,
           .etcd_lists_matched = l.lists_matched,
-          .identity_cache_hits = identities_.hits() + credential_hits_,
-          .identity_cache_misses = identities_.misses()};
+          .identity_cache_hits = identities_.hits(),
+          .identity_cache_misses = identities_.misses(),
+          .identity_connection_hits = credential_hits_};
 }
 
 }  // namespace stormwatch

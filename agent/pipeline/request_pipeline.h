@@ -171,7 +171,7 @@ class RequestPipeline {
   // Each connection's last authenticated credential, looked up before identities_: most
   // requests are named without hashing their whole token. As many slots as identities_.
   ConnectionCredentials credentials_;
-  uint64_t credential_hits_ = 0;  // requests named by credentials_ (counted as cache hits)
+  uint64_t credential_hits_ = 0;  // requests named by credentials_
   // As many as the live identity cache holds (limits.max_identities), so a replay shares
   // identities as the live path does.
   BoundedLru<uint64_t, IdentityRef> interned_identities_;
