@@ -238,13 +238,14 @@ class RealApiServer(unittest.TestCase):
                      sa("analytics", "report-exporter")):
             self.assertGreater(named.get(user, 0), 0, named)
         self.assertEqual(named, dict(audited))
-        # Most requests were named by their connection's authenticated token, not by a lookup of
-        # the whole token (every client here reuses its connection; the counts are published at
-        # the agent's next tick).
+        # Nearly every request was named by its connection's authenticated token, not by a lookup
+        # of the whole token: all but each connection's first few (those sent before the first
+        # answer; kubectl opens one connection per run). The counts are published at the agent's
+        # next tick.
         time.sleep(1.5)
         by_connection = self.agent.metric_value("stormwatch_identity_cache_lookups_total",
                                                 result="connection") - by_connection_before
-        self.assertGreater(by_connection, total / 2, "connection hits %d of %d requests" % (by_connection, total))
+        self.assertGreater(by_connection, 0.9 * total, "connection hits %d of %d requests" % (by_connection, total))
         print("\nreal apiserver: %d resource requests, %d series equal to apiserver_request_total; "
               "identities equal to the audit log: %s; %d named by their connection's token"
               % (total, len(theirs), named, by_connection), file=sys.stderr)
