@@ -76,7 +76,7 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
   o.labels = RequestLabels{client, m.verb, m.group, m.version, m.resource, m.subresource, m.scope,
                            std::string_view(code, printed.ptr - code)};
   o.response_bytes = r.response_bytes;
-  if (!r.response.priority_level_uid.empty() || !r.response.flow_schema_uid.empty()) {
+  if (r.response.ThroughApf()) {
     o.apf = true;
     o.priority_level = r.response.priority_level;
     o.flow_schema = r.response.flow_schema;

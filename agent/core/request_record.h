@@ -163,6 +163,9 @@ struct ResponseFacts {
   std::string flow_schema_uid;
   std::string priority_level;  // e.g. "exempt", "workload-low"; "" when the UID is unmapped
   std::string flow_schema;
+  // APF classified the request (its response named a priority level or flow schema), which
+  // kube-apiserver does only after authentication.
+  bool ThroughApf() const { return !priority_level_uid.empty() || !flow_schema_uid.empty(); }
   int retry_after_s = -1;      // Retry-After of a 429; -1 when absent
   // From the first bytes of a write's response body (a JSON object), when captured.
   // The prefix held an object's metadata at least up to where deletionTimestamp sits, so

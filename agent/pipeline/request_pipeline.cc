@@ -73,9 +73,7 @@ void RequestPipeline::SettleCredential(RequestRecord& r) {
   if (r.credential_fingerprint == 0) return;
   // APF classifies a request only once authentication has passed (kube-apiserver's filter
   // chain), and a success is one; a 401 never is.
-  const bool authenticated = !r.response.priority_level_uid.empty() ||
-                             !r.response.flow_schema_uid.empty() ||
-                             (r.status >= 200 && r.status < 300);
+  const bool authenticated = r.response.ThroughApf() || (r.status >= 200 && r.status < 300);
   if (authenticated) credentials_.Remember(r.pid, r.conn_id, r.credential_fingerprint, r.identity);
   r.credential_fingerprint = 0;
 }
@@ -164,7 +162,7 @@ void RequestPipeline::OnHttp1Exchange(const Http1Exchange& x) {
 }
 
 void RequestPipeline::NameApfLevels(ResponseFacts& facts) {
-  if (!apf_.names || (facts.priority_level_uid.empty() && facts.flow_schema_uid.empty())) return;
+  if (!apf_.names || !facts.ThroughApf()) return;
   bool unknown = false;
   if (!facts.priority_level_uid.empty()) {
     auto name = apf_.names->PriorityLevel(facts.priority_level_uid);
