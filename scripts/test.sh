@@ -34,7 +34,14 @@ if [ "$sanitize" = 1 ]; then
   san_pid=$!
 fi
 
-(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 900 "$@") || status=$?
+# Kept for the summary at the end: a CI log is often read from its tail, which the sanitizer
+# stage fills.
+tests_log=$BUILD_DIR/ctest-output.log
+set +e
+(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 900 "$@") 2>&1 | tee "$tests_log"
+tests_status=${PIPESTATUS[0]}
+status=$tests_status
+set -e
 
 if [ -n "$san_pid" ]; then
   tests_end=$(date +%s)
@@ -49,5 +56,16 @@ if [ -n "$san_pid" ]; then
     tail -40 "$san_log" >&2
     status=1
   fi
+fi
+if [ "$tests_status" != 0 ]; then
+  # Each failed test's result line and the last 80 lines it printed (ctest prints a failed
+  # test's output right after its result line, up to the next test's start).
+  echo "test: the normal tests failed (ctest: $tests_status); each failure, with the end of its output:" >&2
+  awk 'function flush(  i) { for (i = (n > 81 ? n - 81 : 0); i < n; i++) print buf[i % 81]; n = 0 }
+       /^ *[0-9]+\/[0-9]+ Test +#[0-9]+: / { flush(); keep = /\*\*\*/ && !/\(Disabled\)/ }
+       /^ *Start +[0-9]+: / { flush(); keep = 0; next }
+       keep { buf[n++ % 81] = $0 }
+       END { flush() }' "$tests_log" >&2
+  grep -A30 '^The following tests FAILED' "$tests_log" >&2 || true
 fi
 exit $status
