@@ -11,9 +11,14 @@ namespace stormwatch {
 ClientName::ClientName(std::string_view label) : label(label), key(HashFields({label})) {}
 
 // Room for four folded candidates per slot keeps heavy hitters from being pushed out of the
-// sketch by a crowd of one-off clients between two Compact calls.
+// sketch by a crowd of one-off clients between two Compact calls. The frequency sketch is sized
+// for the folded clients, far more than the candidates: 16,384 at least (256 KiB), so that ten
+// thousand light ones rarely share all four counters with another.
 ClientCap::ClientCap(size_t max_clients, int64_t idle_ns)
-    : max_clients_(max_clients), idle_ns_(idle_ns), folded_(4 * max_clients) {}
+    : max_clients_(max_clients),
+      idle_ns_(idle_ns),
+      folded_(4 * max_clients),
+      seen_(std::max<size_t>(16 * max_clients, 16384)) {}
 
 void ClientCap::AdmitWith(const ClientName& client, uint64_t recent) {
   admitted_.emplace(client.key, Activity{.recent = recent, .label = std::string(client.label)});
@@ -46,7 +51,13 @@ bool ClientCap::Decide(const ClientName& client, bool is_request) {
     AdmitWith(client, uint64_t{is_request});
     return true;
   }
-  if (is_request) folded_.Add(client.key);
+  if (!is_request) return false;
+  const uint8_t seen = seen_.Add(client.key);
+  if (const uint64_t* victim = folded_.NextVictim();
+      victim && *victim != client.key && seen <= seen_.Estimate(*victim)) {
+    return false;  // no heavier lately than the candidate it would replace (see the header)
+  }
+  folded_.Add(client.key);
   return false;
 }
 

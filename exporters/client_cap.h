@@ -10,6 +10,13 @@
 // the same decayed window) takes that client's place, so a storm that starts once the slots are
 // full is still named.
 //
+// Once the sketch is full, a folded client's request is counted in it (tracked or not) only when
+// the client was seen more often lately (a FrequencySketch, TinyLFU's admission) than the
+// candidate a newcomer would replace, or is that candidate: with thousands of alike folded clients every request used to
+// replace the least counted candidate (re-indexing a slot each time), counting nothing for long;
+// now they leave the candidates be, and a heavy client (a storm) outweighs them within a few
+// requests and is counted from then on.
+//
 // Clients are found by their label's 64-bit key (ClientName): a request's client is hashed once,
 // where its identity is made, not once per table it is looked up in.
 #pragma once
@@ -25,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/core/frequency_sketch.h"
 #include "agent/core/space_saving.h"
 
 namespace stormwatch {
@@ -82,6 +90,7 @@ class ClientCap {
   // Slots kept free for heavy folded clients until their next request (or the next Compact).
   absl::flat_hash_set<uint64_t> reserved_;
   SpaceSaving<std::monostate, uint64_t> folded_;
+  FrequencySketch seen_;  // folded clients' requests lately: which of them the sketch counts
   // The last client asked about and the answer; forgotten by Compact, the only place an
   // answer changes other than through Admit itself.
   uint64_t last_key_ = 0;

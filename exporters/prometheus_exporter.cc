@@ -8,6 +8,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "agent/kube/record_keys.h"
 #include "exporters/process_collector.h"
 
 namespace stormwatch {
@@ -419,11 +420,13 @@ void PrometheusExporter::Compact(int64_t now_ns) {
 PrometheusExporter::RequestLabelSet& PrometheusExporter::LabelSetOf(
     const RequestObservation& o) {
   const RequestLabels& l = o.labels;
-  // The APF pair is part of the key: a label set finds all its series at once.
-  const std::string& key = Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope,
-                                l.code, o.priority_level, o.flow_schema});
+  // The keyed hash of the labels (the APF pair among them: a label set finds all its series at
+  // once), the resource pair's part usually hashed already: no string is built per request.
+  // Labels reaching here hold no \x1f (ResourceLabels folds what could not name an API).
+  const uint64_t resource = o.resource_key ? o.resource_key : HashFields({l.group, l.resource});
+  const uint64_t key = CombineKeys(resource, HashFields({l.verb, l.version, l.subresource, l.scope,
+                                                         l.code, o.priority_level, o.flow_schema}));
   if (auto it = request_label_sets_.find(key); it != request_label_sets_.end()) return it->second;
-  std::string set_key = key;  // Key()'s buffer is reused below
   RequestLabelSet set;
   set.series = LabelSetId(
       kRequests, Key({l.verb, l.group, l.version, l.resource, l.subresource, l.scope, l.code}),
@@ -438,7 +441,7 @@ PrometheusExporter::RequestLabelSet& PrometheusExporter::LabelSetOf(
   set.apf = LabelSetId(kApf, Key({flow_schema, priority_level}), [&] {
     return std::vector<std::string>{std::string(flow_schema), std::string(priority_level)};
   });
-  return request_label_sets_.emplace(std::move(set_key), set).first->second;
+  return request_label_sets_.emplace(key, set).first->second;
 }
 
 void PrometheusExporter::CountRequest(const RequestObservation& o) {

@@ -60,6 +60,9 @@ struct RequestObservation {
   // Latency as apiserver_request_duration_seconds has it (no client label: bounded series);
   // negative: not observed (a WATCH: its duration is not latency).
   double duration_s = -1;
+  // HashFields({group, resource}) of the labels when the caller has it (the record's
+  // RecordKeys::resource); 0: hashed here.
+  uint64_t resource_key = 0;
 };
 
 struct ClientSeriesLimits {
@@ -287,9 +290,9 @@ class PrometheusExporter {
   // when the map grows: only ClientEntry adds (and re-points this), EndClientSeries erases
   // (and clears this).
   std::pair<const uint64_t, ClientCounters>* last_client_ = nullptr;
-  // CountRequest's label sets by their Key(), made on first use and kept (as the families'
-  // label sets are).
-  absl::flat_hash_map<std::string, RequestLabelSet> request_label_sets_;
+  // CountRequest's label sets by RequestLabelKey(), made on first use and kept (as the
+  // families' label sets are).
+  absl::flat_hash_map<uint64_t, RequestLabelSet> request_label_sets_;
   std::vector<DurationCounts> durations_;
   absl::flat_hash_map<std::string, uint32_t> duration_ids_;  // by Key() of verb, group, resource
   // Histogram handles per label set: Family::Add hashes a std::map on every call.

@@ -59,14 +59,17 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
     body->Increment();
   }
   MetricLabels m = MetricLabelsFor(r.info, r.shape, r.method, r.content_type, r.path);
+  uint64_t resource_key = 0;  // of m.group and m.resource, when they are the record's
   if (!m.resource.empty()) {
     const bool served = r.status != 401 && r.status != 403 && r.status != 404;
     // m.group and m.resource are the RequestInfo's: their key is the record's resource key,
     // and whether they could name an API is asked once per pair.
+    resource_key = KeysOf(r).resource;
     if (!CouldBeServedVersion(m) ||
-        !resources_.Admit(KeysOf(r).resource, served, [&] { return CouldBeServedResource(m); })) {
+        !resources_.Admit(resource_key, served, [&] { return CouldBeServedResource(m); })) {
       m.group = m.version = m.subresource = "";
       m.resource = "other";
+      resource_key = 0;
     }
   }
   const ClientName client = ClientNameOf(*r.identity);
@@ -76,6 +79,7 @@ void RequestMetrics::OnRequest(const RequestRecord& r) {
   o.labels = RequestLabels{client, m.verb, m.group, m.version, m.resource, m.subresource, m.scope,
                            std::string_view(code, printed.ptr - code)};
   o.response_bytes = r.response_bytes;
+  o.resource_key = resource_key;
   if (r.response.ThroughApf()) {
     o.apf = true;
     o.priority_level = r.response.priority_level;

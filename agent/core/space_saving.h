@@ -77,6 +77,13 @@ class SpaceSaving {
   void Clear();
   // Halves every count: older traffic weighs less ("recent" counts).
   void Decay();
+  // The key a key not tracked would replace: the oldest slot of the smallest count, when the
+  // sketch is full and keeps buckets (nullptr otherwise: a newcomer takes a free slot, or a
+  // small sketch scans for it).
+  const Key* NextVictim() const {
+    if (scan_ || !free_slots_.empty() || min_bucket_ == kNone) return nullptr;
+    return &slots_[buckets_[min_bucket_].head].key;
+  }
   size_t size() const { return used_; }
   size_t capacity() const { return slots_.size(); }
 

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "agent/kube/record_keys.h"
 #include "exporters/client_cap.h"
 
 namespace stormwatch {
@@ -160,6 +161,39 @@ TEST(ClientCapTest, MuchHeavierFoldedClientDisplacesTheLeastActive) {
   EXPECT_TRUE(cap.Admit("b", true));
 }
 
+// Past 16 candidates the sketch is indexed, and a full one counts a folded client only when it
+// was seen more often lately than the candidate it would replace.
+TEST(ClientCapTest, ALightCrowdLeavesTheCandidatesBeAndAStormIsCounted) {
+  ClientCap cap(10, kIdle);  // 40 candidates
+  for (int i = 0; i < 10; ++i) Requests(cap, "a" + std::to_string(i), 1);
+  for (int i = 0; i < 40; ++i) Requests(cap, "c" + std::to_string(i), 1);
+  ASSERT_EQ(cap.folded().size(), 40u);
+  for (int i = 0; i < 2000; ++i) Requests(cap, "light" + std::to_string(i), 1);
+  for (int i = 0; i < 40; ++i) {
+    EXPECT_EQ(cap.folded().Guaranteed(ClientName("c" + std::to_string(i)).key), 1u) << i;
+  }
+  EXPECT_EQ(cap.folded().Guaranteed(ClientName("light0").key), 0u);
+  EXPECT_EQ(cap.folded().Guaranteed(ClientName("light1999").key), 0u);
+  // Its first request is no heavier than c0's; from its second on it is counted, taking c0's
+  // slot and count (1) as its error.
+  Requests(cap, "storm", 100);
+  EXPECT_EQ(cap.folded().Guaranteed(ClientName("storm").key), 99u);
+  EXPECT_EQ(cap.folded().Guaranteed(ClientName("c0").key), 0u);
+  EXPECT_EQ(cap.Compact(60 * kSec), std::vector<std::string>{"a0"});
+  EXPECT_TRUE(cap.Admit("storm", true));
+}
+
+// The candidate a newcomer would replace is still counted: it is no lighter than itself.
+TEST(ClientCapTest, TheLeastCountedCandidateIsStillCounted) {
+  ClientCap cap(10, kIdle);  // 40 candidates
+  for (int i = 0; i < 10; ++i) Requests(cap, "a" + std::to_string(i), 1);
+  for (int i = 0; i < 39; ++i) Requests(cap, "c" + std::to_string(i), 3);
+  Requests(cap, "late", 1);  // the 40th candidate, the least counted
+  Requests(cap, "late", 50);
+  EXPECT_EQ(cap.folded().Guaranteed(ClientName("late").key), 51u);
+  EXPECT_EQ(cap.folded().Guaranteed(ClientName("c0").key), 3u);
+}
+
 // --- PrometheusExporter ---
 
 RequestLabels Get(const std::string& client, const std::string& code = "200") {
@@ -204,6 +238,45 @@ TEST(PrometheusExporterTest, CountsStayExactWhileClientsComeAndGo) {
   EXPECT_TRUE(Has(m, R"(stormwatch_requests_total{client="steady",code="200",group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1"} 7)")) << m;
   EXPECT_TRUE(Has(m, R"(stormwatch_response_bytes_total{client="steady",code="200",group="",resource="pods",scope="namespace",subresource="",verb="GET",version="v1"} 49)")) << m;
   EXPECT_EQ(m.find(R"(client="c0-0")"), std::string::npos) << m;
+}
+
+// A label set is found by a keyed hash of its labels, the resource pair's part given by the
+// caller (the record's key) or hashed from the labels: the same set either way, and a set of
+// its own for a change in any one label.
+TEST(PrometheusExporterTest, ALabelSetIsFoundByEveryOneOfItsLabels) {
+  PrometheusExporter e;
+  const std::string kAlice = "alice", k200 = "200";
+  const RequestObservation base{Get(kAlice, k200), 1, true, "workload-low", "service-accounts", -1};
+  std::vector<RequestObservation> each(8, base);
+  each[1].resource_key = HashFields({"", "pods"});  // given: the same set as base's
+  each[2].labels.resource = "secrets";
+  each[2].resource_key = HashFields({"", "secrets"});
+  each[3].labels.code = "404";
+  each[4].labels.version = "v2";
+  each[5].labels.subresource = "status";
+  each[6].labels.scope = "cluster";
+  each[7].labels.verb = "LIST";
+  for (const RequestObservation& o : each) e.CountRequest(o);
+  RequestObservation high = base;
+  high.priority_level = "workload-high";
+  e.CountRequest(high);
+  const std::string m = Metrics(e);
+  auto series = [](std::string_view code, std::string_view resource, std::string_view scope,
+                   std::string_view subresource, std::string_view verb, std::string_view version) {
+    return std::string(R"(stormwatch_requests_total{client="alice",code=")") + std::string(code) +
+           R"(",group="",resource=")" + std::string(resource) + R"(",scope=")" + std::string(scope) +
+           R"(",subresource=")" + std::string(subresource) + R"(",verb=")" + std::string(verb) +
+           R"(",version=")" + std::string(version) + R"("} )";
+  };
+  EXPECT_TRUE(Has(m, series("200", "pods", "namespace", "", "GET", "v1") + "3")) << m;  // + high
+  EXPECT_TRUE(Has(m, series("200", "secrets", "namespace", "", "GET", "v1") + "1")) << m;
+  EXPECT_TRUE(Has(m, series("404", "pods", "namespace", "", "GET", "v1") + "1")) << m;
+  EXPECT_TRUE(Has(m, series("200", "pods", "namespace", "", "GET", "v2") + "1")) << m;
+  EXPECT_TRUE(Has(m, series("200", "pods", "namespace", "status", "GET", "v1") + "1")) << m;
+  EXPECT_TRUE(Has(m, series("200", "pods", "cluster", "", "GET", "v1") + "1")) << m;
+  EXPECT_TRUE(Has(m, series("200", "pods", "namespace", "", "LIST", "v1") + "1")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="alice",flow_schema="service-accounts",priority_level="workload-low"} 8)")) << m;
+  EXPECT_TRUE(Has(m, R"(stormwatch_apf_requests_total{client="alice",flow_schema="service-accounts",priority_level="workload-high"} 1)")) << m;
 }
 
 // CountRequest finds a label set's series once per client and keeps them: they must end with
