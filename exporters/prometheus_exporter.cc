@@ -8,6 +8,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "agent/core/strings.h"
 #include "agent/kube/record_keys.h"
 #include "exporters/process_collector.h"
 
@@ -330,7 +331,7 @@ const std::string& PrometheusExporter::Key(std::initializer_list<std::string_vie
   key_.resize(size);
   char* at = key_.data();
   for (std::string_view v : values) {
-    at = std::copy(v.begin(), v.end(), at);
+    at = AppendShort(at, v);
     *at++ = '\x1f';
   }
   return key_;

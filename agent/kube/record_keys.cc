@@ -7,6 +7,7 @@
 #include <array>
 #include <string>
 
+#include "agent/core/strings.h"
 #include "agent/kube/identity.h"
 
 namespace stormwatch {
@@ -25,7 +26,7 @@ uint64_t HashFields(std::initializer_list<std::string_view> fields) {
   }
   char* at = out;
   for (std::string_view f : fields) {
-    at = std::copy(f.begin(), f.end(), at);
+    at = AppendShort(at, f);
     *at++ = '\x1f';
   }
   return TableHash(std::string_view(out, size));
