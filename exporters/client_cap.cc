@@ -12,13 +12,14 @@ ClientName::ClientName(std::string_view label) : label(label), key(HashFields({l
 
 // Room for four folded candidates per slot keeps heavy hitters from being pushed out of the
 // sketch by a crowd of one-off clients between two Compact calls. The frequency sketch is sized
-// for the folded clients, far more than the candidates: 16,384 at least (256 KiB), so that ten
-// thousand light ones rarely share all four counters with another.
+// for the folded clients, far more than the candidates: 16 counters per candidate (8,000 keys'
+// worth, 128 KiB, for 500 slots), 4,096 at least, so that ten thousand light ones rarely share
+// all four counters with another (256 KiB timed no faster).
 ClientCap::ClientCap(size_t max_clients, int64_t idle_ns)
     : max_clients_(max_clients),
       idle_ns_(idle_ns),
       folded_(4 * max_clients),
-      seen_(std::max<size_t>(16 * max_clients, 16384)) {}
+      seen_(std::max<size_t>(16 * max_clients, 4096)) {}
 
 void ClientCap::AdmitWith(const ClientName& client, uint64_t recent) {
   admitted_.emplace(client.key, Activity{.recent = recent, .label = std::string(client.label)});

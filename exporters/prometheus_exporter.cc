@@ -422,7 +422,7 @@ PrometheusExporter::RequestLabelSet& PrometheusExporter::LabelSetOf(
     const RequestObservation& o) {
   const RequestLabels& l = o.labels;
   // The keyed hash of the labels (the APF pair among them: a label set finds all its series at
-  // once), the resource pair's part usually hashed already: no string is built per request.
+  // once), the resource pair's part usually hashed already: no key string is made per request.
   // Labels reaching here hold no \x1f (ResourceLabels folds what could not name an API).
   const uint64_t resource = o.resource_key ? o.resource_key : HashFields({l.group, l.resource});
   const uint64_t key = CombineKeys(resource, HashFields({l.verb, l.version, l.subresource, l.scope,
