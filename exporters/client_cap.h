@@ -12,10 +12,10 @@
 //
 // Once the sketch is full, a folded client's request is counted in it (tracked or not) only when
 // the client was seen more often lately (a FrequencySketch, TinyLFU's admission) than the
-// candidate a newcomer would replace, or is that candidate: with thousands of alike folded clients every request used to
-// replace the least counted candidate (re-indexing a slot each time), counting nothing for long;
-// now they leave the candidates be, and a heavy client (a storm) outweighs them within a few
-// requests and is counted from then on.
+// candidate a newcomer would replace, or is that candidate. With thousands of alike folded
+// clients every request used to replace the least counted candidate (re-indexing a slot each
+// time), counting nothing for long; now they leave the candidates be, and a heavy client (a
+// storm) outweighs them within a few requests and is counted from then on.
 //
 // Clients are found by their label's 64-bit key (ClientName): a request's client is hashed once,
 // where its identity is made, not once per table it is looked up in.

@@ -2,8 +2,9 @@
 
 #include <sodium.h>
 // Inlined: TableHash hashes a few short keys per request (tens of bytes), where the library
-// call's dispatch and length checks were half the cost (callgrind); the vector code is the
-// compiler's baseline (SSE2), as the library's non-dispatching functions are.
+// call's dispatch and length checks were a sixth of its instructions (callgrind: 206 -> 175 per
+// request); the vector code is the compiler's baseline (SSE2), as the library's
+// non-dispatching functions are.
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 #include <string.h>  // explicit_bzero
