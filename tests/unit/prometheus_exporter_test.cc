@@ -162,23 +162,25 @@ TEST(ClientCapTest, MuchHeavierFoldedClientDisplacesTheLeastActive) {
 }
 
 // Past 16 candidates the sketch is indexed, and a full one counts a folded client only when it
-// was seen more often lately than the candidate it would replace.
+// was seen more often lately than the candidate it would replace. The frequency sketch's keys
+// are keyed hashes (a secret per process), so which light clients share counters differs from
+// run to run: a light client whose four counters all collide (a few per run here) looks
+// heavier and may take one candidate's place. Without the gate every light client takes one.
 TEST(ClientCapTest, ALightCrowdLeavesTheCandidatesBeAndAStormIsCounted) {
   ClientCap cap(10, kIdle);  // 40 candidates
   for (int i = 0; i < 10; ++i) Requests(cap, "a" + std::to_string(i), 1);
   for (int i = 0; i < 40; ++i) Requests(cap, "c" + std::to_string(i), 1);
   ASSERT_EQ(cap.folded().size(), 40u);
   for (int i = 0; i < 2000; ++i) Requests(cap, "light" + std::to_string(i), 1);
-  for (int i = 0; i < 40; ++i) {
-    EXPECT_EQ(cap.folded().Guaranteed(ClientName("c" + std::to_string(i)).key), 1u) << i;
-  }
-  EXPECT_EQ(cap.folded().Guaranteed(ClientName("light0").key), 0u);
-  EXPECT_EQ(cap.folded().Guaranteed(ClientName("light1999").key), 0u);
-  // Its first request is no heavier than c0's; from its second on it is counted, taking c0's
-  // slot and count (1) as its error.
+  int kept = 0;
+  for (int i = 0; i < 40; ++i) kept += cap.folded().Guaranteed(ClientName("c" + std::to_string(i)).key) == 1;
+  EXPECT_GE(kept, 32);  // at most 8 of 2,000 light clients got in (without the gate: 40)
+  // Counted from its second request (its first is no heavier than a candidate's single one;
+  // a collision moves that by one either way), taking a candidate's slot and count (1) as its
+  // error.
   Requests(cap, "storm", 100);
-  EXPECT_EQ(cap.folded().Guaranteed(ClientName("storm").key), 99u);
-  EXPECT_EQ(cap.folded().Guaranteed(ClientName("c0").key), 0u);
+  EXPECT_GE(cap.folded().Guaranteed(ClientName("storm").key), 98u);
+  EXPECT_LE(cap.folded().Guaranteed(ClientName("storm").key), 100u);
   EXPECT_EQ(cap.Compact(60 * kSec), std::vector<std::string>{"a0"});
   EXPECT_TRUE(cap.Admit("storm", true));
 }
@@ -190,8 +192,10 @@ TEST(ClientCapTest, TheLeastCountedCandidateIsStillCounted) {
   for (int i = 0; i < 39; ++i) Requests(cap, "c" + std::to_string(i), 3);
   Requests(cap, "late", 1);  // the 40th candidate, the least counted
   Requests(cap, "late", 50);
-  EXPECT_EQ(cap.folded().Guaranteed(ClientName("late").key), 51u);
-  EXPECT_EQ(cap.folded().Guaranteed(ClientName("c0").key), 3u);
+  // 51 unless a candidate's counters collide with others' and it looks heavier for a request
+  // or two; never counted, it would stay at 1.
+  EXPECT_GE(cap.folded().Guaranteed(ClientName("late").key), 48u);
+  EXPECT_LE(cap.folded().Guaranteed(ClientName("late").key), 51u);
 }
 
 // --- PrometheusExporter ---
