@@ -30,9 +30,10 @@ std::pair<std::string_view, std::string_view> SplitTarget(std::string_view targe
   if (size_t hash = target.find('#'); hash != std::string_view::npos) {
     target = target.substr(0, hash);
   }
-  // Absolute form: skip scheme and authority (an origin-form target, "/...", has neither).
+  // Absolute form: skip scheme and authority (an origin-form target, "/...", has neither:
+  // nearly every request's).
   for (std::string_view scheme : {"http://", "https://"}) {
-    if (!target.empty() && target[0] == '/') break;
+    if (target.empty() || target[0] == '/') break;
     if (target.size() >= scheme.size() &&
         std::equal(scheme.begin(), scheme.end(), target.begin(), [](char a, char b) {
           return a == std::tolower(static_cast<unsigned char>(b));
@@ -448,11 +449,12 @@ QueryParams ParseQuery(std::string_view raw_query) {
     std::string_view raw_key = pair.substr(0, eq);
     std::string_view raw_value =
         eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
-    auto key = PercentDecode(raw_key, /*plus_is_space=*/true);
-    if (!key) continue;
-    auto value = PercentDecode(raw_value, /*plus_is_space=*/true);
-    if (!value) continue;
-    out.emplace_back(std::move(*key), std::move(*value));
+    // Decoded in place: no temporary strings to move in.
+    auto& [key, value] = out.emplace_back();
+    if (!PercentDecodeInto(raw_key, /*plus_is_space=*/true, key) ||
+        !PercentDecodeInto(raw_value, /*plus_is_space=*/true, value)) {
+      out.pop_back();
+    }
   }
   return out;
 }
