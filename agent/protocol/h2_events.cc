@@ -45,19 +45,26 @@ std::optional<Error> DecodeRequest(std::span<const uint8_t> bytes, H2RequestEven
   ev.peer_address = SockAddrEndpoint(fixed.peer);
   ev.client_cert_der = fixed.client_cert_der;
   ev.client_cert_der_len = fixed.client_cert_der_len;
-  ev.fields.clear();
-  // fields_kept is the event's word: each field takes at least 4 bytes of data_len.
-  ev.fields.reserve(std::min<size_t>(fixed.fields_kept, fixed.data_len / 4));
+  // fields_kept is the event's word: each field takes at least 4 bytes of data_len, so at most
+  // data_len / 4 fit, and a word beyond that fails at the header check after them. Sized once
+  // and filled in place (a push_back per field cost a third of the decode).
+  const size_t fit = std::min<size_t>(fixed.fields_kept, fixed.data_len / 4);
+  ev.fields.resize(fit);
+  HeaderField* out = ev.fields.data();
   const uint8_t* p = bytes.data() + kFixed;
   const uint8_t* end = p + fixed.data_len;
-  for (uint16_t i = 0; i < fixed.fields_kept; ++i) {
-    if (end - p < 4) return Error{"h2 request field header past the data"};
-    uint16_t name_len = Load<uint16_t>(p);
-    uint16_t value_len = Load<uint16_t>(p + 2);
+  for (size_t i = 0; i < fixed.fields_kept; ++i) {
+    const auto fail = [&](const char* what) {
+      ev.fields.resize(i);  // the fields read whole
+      return Error{what};
+    };
+    if (i == fit || end - p < 4) return fail("h2 request field header past the data");
+    const uint16_t name_len = Load<uint16_t>(p);
+    const uint16_t value_len = Load<uint16_t>(p + 2);
     p += 4;
-    if (end - p < name_len + value_len) return Error{"h2 request field past the data"};
+    if (end - p < name_len + value_len) return fail("h2 request field past the data");
     const char* name = reinterpret_cast<const char*>(p);
-    ev.fields.push_back({std::string_view(name, name_len), std::string_view(name + name_len, value_len)});
+    out[i] = {std::string_view(name, name_len), std::string_view(name + name_len, value_len)};
     p += name_len + value_len;
   }
   return std::nullopt;

@@ -159,6 +159,36 @@ TEST(H2Events, RejectsMalformedEvents) {
   EXPECT_FALSE(DecodeCaptureEvent(unknown).ok());
 }
 
+// The fields are read in place up to the count the event claims: a count beyond its data (a
+// corrupt or hostile event) ends in an error at the first field that is not there, whatever
+// the count, with the whole fields before it kept and nothing read or written past them.
+TEST(H2Events, AFieldCountBeyondTheDataIsAnErrorAtTheFirstMissingField) {
+  const auto bytes = RequestBytes(7, 1, 3, 1000, {{":method", "GET"}, {":path", "/a"}});
+  for (const uint16_t claimed : {uint16_t{3}, uint16_t{6}, uint16_t{7}, uint16_t{65535}}) {
+    std::vector<uint8_t> lying = bytes;
+    std::memcpy(lying.data() + offsetof(sw_h2_request, fields_kept), &claimed, sizeof(claimed));
+    H2RequestEvent request;
+    H2ResponseEvent answer;
+    const Result<H2EventKind> result = DecodeH2EventInto(lying, request, answer);
+    ASSERT_FALSE(result.ok()) << claimed;
+    EXPECT_EQ(result.error().message, "h2 request field header past the data") << claimed;
+    ASSERT_EQ(request.fields.size(), 2u) << claimed;
+    EXPECT_EQ(request.fields[1].value, "/a");
+  }
+  // A field whose lengths run past the data.
+  std::vector<uint8_t> cut = bytes;
+  const uint16_t long_value = 100;
+  std::memcpy(cut.data() + offsetof(sw_h2_request, data) + 4 + 7 + 3 + 2, &long_value,
+              sizeof(long_value));
+  H2RequestEvent request;
+  H2ResponseEvent answer;
+  const Result<H2EventKind> result = DecodeH2EventInto(cut, request, answer);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error().message, "h2 request field past the data");
+  ASSERT_EQ(request.fields.size(), 1u);
+  EXPECT_EQ(request.fields[0].value, "GET");
+}
+
 // The drain decodes each event into one reused event of its kind: nothing of an earlier event
 // may show in a later one, whichever kinds alternate.
 TEST(H2Events, DecodingIntoAReusedEventLeavesNothingOfTheLastOne) {
