@@ -7,7 +7,7 @@
 namespace stormwatch {
 namespace {
 
-bool EqualsUpper(std::string_view s, std::string_view upper) {
+constexpr bool EqualsUpper(std::string_view s, std::string_view upper) {
   if (s.size() != upper.size()) return false;
   for (size_t i = 0; i < s.size(); ++i) {
     // ASCII only, as std::toupper in the C locale, without a call per character.
@@ -17,17 +17,44 @@ bool EqualsUpper(std::string_view s, std::string_view upper) {
   return true;
 }
 
-// validRequestMethods in metrics.go; anything else is reported as "other". The verb as a
-// static string (the label's value), matched case-insensitively as metrics.go upper-cases.
-std::string_view ReportedVerb(std::string_view verb) {
-  static constexpr std::array<std::string_view, 14> kValid = {
-      "APPLY", "CONNECT", "CREATE", "DELETE", "DELETECOLLECTION", "GET",   "LIST",
-      "PATCH", "POST",    "PROXY",  "PUT",    "UPDATE",           "WATCH", "WATCHLIST"};
-  for (std::string_view v : kValid) {
-    if (EqualsUpper(verb, v)) return v;
+// validRequestMethods in metrics.go; anything else is reported as "other".
+constexpr std::array<std::string_view, 14> kValidVerbs = {
+    "APPLY", "CONNECT", "CREATE", "DELETE", "DELETECOLLECTION", "GET",   "LIST",
+    "PATCH", "POST",    "PROXY",  "PUT",    "UPDATE",           "WATCH", "WATCHLIST"};
+
+// The verb as a static string (the label's value), matched case-insensitively as metrics.go
+// upper-cases. By length first: only the valid verbs of the method's length are compared (this
+// runs per request).
+constexpr std::string_view ReportedVerb(std::string_view verb) {
+  std::string_view candidates[4] = {};
+  switch (verb.size()) {
+    case 3: candidates[0] = "GET", candidates[1] = "PUT"; break;
+    case 4: candidates[0] = "LIST", candidates[1] = "POST"; break;
+    case 5: candidates[0] = "PATCH", candidates[1] = "WATCH", candidates[2] = "APPLY",
+            candidates[3] = "PROXY"; break;
+    case 6: candidates[0] = "DELETE", candidates[1] = "UPDATE", candidates[2] = "CREATE"; break;
+    case 7: candidates[0] = "CONNECT"; break;
+    case 9: candidates[0] = "WATCHLIST"; break;
+    case 16: candidates[0] = "DELETECOLLECTION"; break;
+    default: break;
+  }
+  for (std::string_view v : candidates) {
+    if (!v.empty() && EqualsUpper(verb, v)) return v;
   }
   return "other";
 }
+// Every valid verb, in either case, is found among the candidates of its length.
+constexpr bool ReportedVerbFindsEveryValidVerb() {
+  for (std::string_view v : kValidVerbs) {
+    if (ReportedVerb(v) != v) return false;
+    char lower[16] = {};
+    for (size_t i = 0; i < v.size(); ++i) lower[i] = static_cast<char>(v[i] - 'A' + 'a');
+    if (ReportedVerb(std::string_view(lower, v.size())) != v) return false;
+  }
+  return ReportedVerb("HEAD") == "other" && ReportedVerb("GOT") == "other" &&
+         ReportedVerb("") == "other";
+}
+static_assert(ReportedVerbFindsEveryValidVerb());
 
 // validConnectRequests in metrics.go.
 bool IsConnectSubresource(std::string_view subresource) {

@@ -12,24 +12,36 @@
 
 namespace stormwatch {
 
-uint64_t HashFields(std::initializer_list<std::string_view> fields) {
-  // The fields joined on the stack (names and namespaces are short); longer ones in a buffer
-  // of the thread's, grown once: no allocation per record either way.
+namespace {
+
+// HashFields of fields that do not fit on the stack: joined in a buffer of the thread's, grown
+// once.
+uint64_t HashLongFields(std::initializer_list<std::string_view> fields) {
   size_t size = 0;
   for (std::string_view f : fields) size += f.size() + 1;
-  char stack[256];
   thread_local std::string long_fields;
-  char* out = stack;
-  if (size > sizeof(stack)) {
-    long_fields.resize(size);
-    out = long_fields.data();
-  }
-  char* at = out;
+  long_fields.resize(size);
+  char* at = long_fields.data();
   for (std::string_view f : fields) {
     at = AppendShort(at, f);
     *at++ = '\x1f';
   }
-  return TableHash(std::string_view(out, size));
+  return TableHash(std::string_view(long_fields.data(), size));
+}
+
+}  // namespace
+
+uint64_t HashFields(std::initializer_list<std::string_view> fields) {
+  // The fields joined on the stack in one pass (names and namespaces are short; this runs
+  // several times per request); longer ones again in another buffer. No allocation either way.
+  char stack[256];
+  char* at = stack;
+  for (std::string_view f : fields) {
+    if (static_cast<size_t>(stack + sizeof(stack) - at) <= f.size()) return HashLongFields(fields);
+    at = AppendShort(at, f);
+    *at++ = '\x1f';
+  }
+  return TableHash(std::string_view(stack, static_cast<size_t>(at - stack)));
 }
 
 namespace {

@@ -1,6 +1,7 @@
 #include "agent/protocol/request_assembler.h"
 
 #include <charconv>
+#include <string_view>
 
 #include <utility>
 
@@ -12,17 +13,27 @@ RequestAssembler::RequestAssembler(IdentityResolver resolver, AssemblerLimits li
 void RequestAssembler::OnRequest(const H2RequestEvent& ev) {
   std::string_view method, path, content_type, authorization, user_agent;
   for (const HeaderField& f : ev.fields) {
-    // HPACK field names are lower case in HTTP/2 (RFC 9113 8.2.1).
-    if (f.name == ":method") {
-      method = f.value;
-    } else if (f.name == ":path") {
-      path = f.value;
-    } else if (f.name == "content-type") {
-      content_type = f.value;
-    } else if (f.name == "authorization") {
-      authorization = f.value;
-    } else if (f.name == "user-agent") {
-      user_agent = f.value;
+    // HPACK field names are lower case in HTTP/2 (RFC 9113 8.2.1). By length first: one
+    // compare per field instead of up to five (client-go sends 8-10 fields per request).
+    using namespace std::string_view_literals;
+    switch (f.name.size()) {
+      case 5:
+        if (f.name == ":path"sv) path = f.value;
+        break;
+      case 7:
+        if (f.name == ":method"sv) method = f.value;
+        break;
+      case 10:
+        if (f.name == "user-agent"sv) user_agent = f.value;
+        break;
+      case 12:
+        if (f.name == "content-type"sv) content_type = f.value;
+        break;
+      case 13:
+        if (f.name == "authorization"sv) authorization = f.value;
+        break;
+      default:
+        break;
     }
   }
   if (method.empty()) {

@@ -501,6 +501,11 @@ TEST(RecordKeys, FieldsAreDelimitedAndKeysFollowTheRecord) {
   EXPECT_EQ(HashFields({"ns", long_name}), TableHash("ns\x1f" + long_name + "\x1f"));
   EXPECT_EQ(HashFields({longer}), TableHash(longer + "\x1f"));
   EXPECT_EQ(HashFields({"a", "bc"}), TableHash("a\x1f" "bc\x1f"));  // after a long one
+  // At the stack's edge: 256 bytes joined fit, 257 take the other buffer.
+  const std::string edge(254, 'e');
+  EXPECT_EQ(HashFields({edge, ""}), TableHash(edge + "\x1f\x1f"));
+  EXPECT_EQ(HashFields({edge, "f"}), TableHash(edge + "\x1f" "f\x1f"));
+  EXPECT_EQ(HashFields({"f", edge}), TableHash("f\x1f" + edge + "\x1f"));
 
   RequestRecord r;
   EditIdentity(r).user = "system:serviceaccount:shop:carts";
