@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <random>
 #include <unordered_map>
 
@@ -19,6 +20,28 @@ TEST(FrequencySketch, CountsKeysApartExactly) {
   }
   for (uint64_t i = 0; i < 16; ++i) EXPECT_EQ(sketch.Estimate(key(i)), i + 1) << i;
   EXPECT_EQ(sketch.Estimate(key(0) + 1), 0u);  // another block: never seen
+}
+
+// Conservative update, way by way: only a key's counters at its minimum grow. Key a's counter
+// in `way` is shared with b; its other three with c. a's estimate rests on its `way` counter
+// alone (c inflated the others), so a's estimate moves if b's sighting grows that counter.
+TEST(FrequencySketch, GrowsOnlyTheCountersAtTheMinimumInEveryWay) {
+  // A key of one block whose counter in way w is nibbles[w] (bits 32 + 4w).
+  auto key = [](std::array<uint64_t, 4> nibbles) {
+    return (nibbles[3] << 12 | nibbles[2] << 8 | nibbles[1] << 4 | nibbles[0]) << 32 | 7;
+  };
+  for (size_t way = 0; way < 4; ++way) {
+    FrequencySketch sketch(64);
+    std::array<uint64_t, 4> a{1, 1, 1, 1}, b{3, 3, 3, 3}, c = a;
+    b[way] = 1;  // b shares a's counter in `way` only
+    c[way] = 2;  // c shares a's other three
+    for (int i = 0; i < 5; ++i) sketch.Add(key(a));
+    for (int i = 0; i < 10; ++i) sketch.Add(key(c));
+    ASSERT_EQ(sketch.Estimate(key(c)), 10u) << way;
+    ASSERT_EQ(sketch.Estimate(key(a)), 5u) << way;  // its `way` counter, not c's
+    EXPECT_EQ(sketch.Add(key(b)), 1u) << way;        // its three own counters grew
+    EXPECT_EQ(sketch.Estimate(key(a)), 5u) << way;  // the shared one, at 5 > 0, did not
+  }
 }
 
 TEST(FrequencySketch, NeverEstimatesBelowTheTrueCount) {
