@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cctype>
+#include <cstddef>
 #include <cstring>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -417,15 +418,30 @@ uint64_t CredentialFingerprint(std::string_view authorization, std::string_view 
       std::memchr(token.data(), '.', static_cast<size_t>(last - token.data())) == nullptr) {
     return 0;
   }
+  // One hash over the token's size, its tail and the user agent, laid out in one buffer: a
+  // second hash per request for the user agent alone cost ~50 instructions (docs/benchmark.md).
+  // A user agent too long for the buffer is hashed first, and the size's top bit (never set in
+  // a real size) tells the two layouts apart.
+  constexpr size_t kMaxInlineUserAgent = 256;
   struct {
     uint64_t token_size;
     char tail[kTail];
-    uint64_t user_agent;
+    char user_agent[kMaxInlineUserAgent];
   } fields;
-  fields.token_size = token.size();
+  static_assert(offsetof(decltype(fields), user_agent) == sizeof(uint64_t) + kTail, "no padding hashed");
   std::memcpy(fields.tail, token.data() + token.size() - kTail, kTail);
-  fields.user_agent = TableHash(user_agent);
-  const uint64_t fingerprint = TableHash(std::string_view(reinterpret_cast<const char*>(&fields), sizeof(fields)));
+  size_t used = offsetof(decltype(fields), user_agent);
+  if (user_agent.size() <= kMaxInlineUserAgent) {
+    fields.token_size = token.size();
+    std::memcpy(fields.user_agent, user_agent.data(), user_agent.size());
+    used += user_agent.size();
+  } else {
+    fields.token_size = token.size() | uint64_t{1} << 63;
+    const uint64_t agent = TableHash(user_agent);
+    std::memcpy(fields.user_agent, &agent, sizeof(agent));
+    used += sizeof(agent);
+  }
+  const uint64_t fingerprint = TableHash(std::string_view(reinterpret_cast<const char*>(&fields), used));
   explicit_bzero(fields.tail, sizeof(fields.tail));  // signature bytes: part of a credential
   return fingerprint == 0 ? 1 : fingerprint;          // 0 means "not remembered"
 }

@@ -334,6 +334,19 @@ TEST(IdentityTest, CredentialFingerprintOnlyForAJwsAndTellsItsEnd) {
   longer.insert(40, "A");  // the same last 32 bytes, one more before them
   EXPECT_NE(CredentialFingerprint(longer, agent), fingerprint);
   EXPECT_NE(CredentialFingerprint(token, agent + " "), fingerprint);
+  // User agents at and past the 256 bytes hashed with the token's end in one go (longer ones
+  // are hashed first): each still tells its credentials apart, its last byte included.
+  for (size_t length : {255, 256, 257, 300, 4096}) {
+    const std::string long_agent(length, 'u');
+    std::string changed_agent = long_agent;
+    changed_agent.back() = 'v';
+    const uint64_t with_long = CredentialFingerprint(token, long_agent);
+    EXPECT_NE(with_long, 0u) << length;
+    EXPECT_EQ(CredentialFingerprint(token, long_agent), with_long) << length;
+    EXPECT_NE(CredentialFingerprint(token, changed_agent), with_long) << length;
+    EXPECT_NE(CredentialFingerprint(token, long_agent + "u"), with_long) << length;
+    EXPECT_NE(with_long, fingerprint) << length;
+  }
   // The payload is not read: what tells accepted tokens apart is their signature.
   std::string other_payload = token;
   other_payload[40] ^= 0x01;
