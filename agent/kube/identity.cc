@@ -433,7 +433,8 @@ uint64_t CredentialFingerprint(std::string_view authorization, std::string_view 
   size_t used = offsetof(decltype(fields), user_agent);
   if (user_agent.size() <= kMaxInlineUserAgent) {
     fields.token_size = token.size();
-    std::memcpy(fields.user_agent, user_agent.data(), user_agent.size());
+    // (No header: an empty view whose data may be null, which memcpy may not be given.)
+    if (!user_agent.empty()) std::memcpy(fields.user_agent, user_agent.data(), user_agent.size());
     used += user_agent.size();
   } else {
     fields.token_size = token.size() | uint64_t{1} << 63;

@@ -347,6 +347,11 @@ TEST(IdentityTest, CredentialFingerprintOnlyForAJwsAndTellsItsEnd) {
     EXPECT_NE(CredentialFingerprint(token, long_agent + "u"), with_long) << length;
     EXPECT_NE(with_long, fingerprint) << length;
   }
+  // No user-agent header: an empty view (no data pointer), its own fingerprint.
+  const uint64_t without_agent = CredentialFingerprint(token, std::string_view());
+  EXPECT_NE(without_agent, 0u);
+  EXPECT_NE(without_agent, fingerprint);
+  EXPECT_EQ(CredentialFingerprint(token, ""), without_agent);
   // The payload is not read: what tells accepted tokens apart is their signature.
   std::string other_payload = token;
   other_payload[40] ^= 0x01;
