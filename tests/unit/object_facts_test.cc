@@ -295,5 +295,48 @@ TEST(ObjectFactsTest, FinalizersThatAreNotUtf8AreNotKnown) {
   EXPECT_EQ(f.generation, -1);
 }
 
+// Strings of every length up to 40 starting at every offset from a 16-byte boundary, plain
+// and with an escape at every position, and cut at every byte: the reader scans strings 16
+// bytes at a time from their first byte (object_facts.cc), so a closing quote, an escape and
+// the body's end must stop the scan wherever they fall in a block.
+TEST(ObjectFactsTest, StringsOfEveryLengthAtEveryAlignmentDecode) {
+  const std::vector<std::pair<std::string, std::string>> kEscapes = {
+      {R"(\")", "\""}, {R"(\\)", "\\"}, {R"(\/)", "/"}, {R"(\u0041)", "A"}, {R"(\n)", "\n"}};
+  const std::string head = R"({"kind":"ConfigMap","metadata":{"name":"x","resourceVersion":")";
+  size_t bodies = 0;
+  for (size_t length = 0; length <= 40; ++length) {
+    std::string plain;
+    for (size_t i = 0; i < length; ++i) plain += static_cast<char>('a' + i % 26);
+    std::vector<std::pair<std::string, std::string>> values = {{plain, plain}};
+    for (const auto& [raw_escape, decoded_escape] : kEscapes) {
+      for (size_t at = 0; at <= length; ++at) {
+        values.push_back({plain.substr(0, at) + raw_escape + plain.substr(at),
+                          plain.substr(0, at) + decoded_escape + plain.substr(at)});
+      }
+    }
+    for (size_t offset = 0; offset < 16; ++offset) {
+      const std::string start = std::string(offset, ' ') + head;
+      for (const auto& [raw, decoded] : values) {
+        const std::string body = start + raw + R"(","finalizers":[")" + raw + R"(","z"]}})";
+        ResponseFacts f;
+        ASSERT_EQ(ParseObjectFacts(body, &f).result, BodyFactsResult::kObject) << body;
+        ASSERT_EQ(f.resource_version, decoded) << body;
+        ASSERT_TRUE(f.finalizers_seen) << body;
+        ASSERT_EQ(f.finalizers, (std::vector<std::string>{decoded, "z"})) << body;
+        ++bodies;
+      }
+      // Cut inside the value: the read ends there, and the value is not taken.
+      const std::string& raw = values.back().first;
+      for (size_t cut = 0; cut <= raw.size(); ++cut) {
+        ResponseFacts f;
+        ParseObjectFacts(start + raw.substr(0, cut), &f);
+        ASSERT_EQ(f.resource_version, "") << start + raw.substr(0, cut);
+        ++bodies;
+      }
+    }
+  }
+  EXPECT_GT(bodies, 80000u);  // every case above ran
+}
+
 }  // namespace
 }  // namespace stormwatch
