@@ -4,10 +4,11 @@
 # run is explicitly local and unprivileged (STORMWATCH_LOCAL_UNPRIVILEGED=1).
 # Then the sanitizer stage (docs/fuzzing.md): a second build with clang's ASan+UBSan, its unit
 # tests and every fuzz target for 30 s (STORMWATCH_FUZZ_SMOKE_SECONDS), ctest labels sanitize
-# and fuzz of build-sanitize/ (SANITIZE_BUILD_DIR). The instrumented build and then its tests
-# run while the normal tests do, at idle priority (SCHED_IDLE): they take only the CPU the tests
-# leave (the end-to-end tests mostly wait on sustain windows), so the tests' timings are theirs.
-# Its output is printed after the normal tests'. STORMWATCH_SANITIZE_STAGE=0 leaves the stage
+# and fuzz of build-sanitize/ (SANITIZE_BUILD_DIR). The instrumented build runs while the normal
+# tests do, at idle priority (SCHED_IDLE), and its tests as soon as it is built, at nice 19:
+# they take little more than the CPU the tests leave (the end-to-end tests mostly wait on
+# sustain windows), so the tests' timings are theirs. Its output is printed after the normal
+# tests'. STORMWATCH_SANITIZE_STAGE=0 leaves the stage
 # out (a quick local run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
